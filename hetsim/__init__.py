@@ -1,0 +1,45 @@
+"""hetsim: what-if simulation of pipeline + data parallel training on heterogeneous GPU clusters.
+
+    import hetsim
+    report = hetsim.simulate()                       # the built-in HetPipe example
+    print(report.throughput["samples_per_s"])
+    report.write("out/", plots=True)
+
+The simulator (and simpy) load only when `simulate` is called, so the executor can import hetsim's
+data model without them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping
+
+from hetsim.cluster import Cluster, load_cluster
+from hetsim.data import DEFAULT_CLUSTER, DEFAULT_PLAN, DEFAULT_PROFILE
+from hetsim.errors import HetsimError, PlanError, ScheduleError, SimulationError, SpecError
+from hetsim.plan import Plan, load_plan
+from hetsim.profile import ModelProfile, load_profile
+from hetsim.report import Report
+
+__version__ = "0.1.0"
+__all__ = ["simulate", "load_cluster", "load_profile", "load_plan", "Cluster", "ModelProfile", "Plan",
+           "Report", "HetsimError", "SpecError", "PlanError", "ScheduleError", "SimulationError"]
+
+
+def simulate(cluster: Cluster | str | Path = DEFAULT_CLUSTER,
+             profile: ModelProfile | str | Path = DEFAULT_PROFILE,
+             plan: Plan | str | Path = DEFAULT_PLAN, *, waves: int = 20, warmup_waves: int = 2,
+             seed: int = 0, jitter_cv: float = 0.0, slowdown: Mapping[str, float] | None = None,
+             straggler_prob: float = 0.0, straggler_delay_s: float = 0.0, trace: bool = True) -> Report:
+    """Predict throughput, utilisation, memory and staleness of `plan` on `cluster`.
+
+    Each of cluster, profile and plan may be an object, a file path or a shipped name.
+    """
+    from hetsim.sim import SimOptions, run_simulation
+    cluster = cluster if isinstance(cluster, Cluster) else load_cluster(cluster)
+    profile = profile if isinstance(profile, ModelProfile) else load_profile(profile)
+    plan = plan if isinstance(plan, Plan) else load_plan(plan)
+    options = SimOptions(waves=waves, warmup_waves=warmup_waves, seed=seed, jitter_cv=jitter_cv,
+                         slowdown=dict(slowdown or {}), straggler_prob=straggler_prob,
+                         straggler_delay_s=straggler_delay_s, trace=trace)
+    return run_simulation(cluster, profile, plan, options)

@@ -1,0 +1,52 @@
+"""The `hetsim` command: subcommands live in modules of this package, loaded on demand.
+
+    hetsim                      # simulate the built-in example
+    hetsim simulate --cluster C --profile P --plan PLAN [--waves N] [--seed S] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from hetsim.errors import HetsimError
+
+__all__ = ["main"]
+
+# name -> one-line help; each module hetsim.cli.<name> has add_arguments(parser) and run(args) -> int.
+SUBCOMMANDS = {
+    "simulate": "predict throughput, utilisation, memory and staleness of a plan",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hetsim", description="Simulate, plan and validate pipeline + data parallel training on "
+        "heterogeneous GPU clusters. With no subcommand, simulates the built-in example.")
+    parser.add_argument("--version", action="version", version="hetsim 0.1.0")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, help_text in SUBCOMMANDS.items():
+        module = importlib.import_module(f"hetsim.cli.{name}")
+        module.add_arguments(sub.add_parser(name, help=help_text, description=help_text))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    args = parser.parse_args(argv or ["simulate"])
+    if args.command is None:
+        args = parser.parse_args(["simulate", *argv])
+    try:
+        return importlib.import_module(f"hetsim.cli.{args.command}").run(args)
+    except HetsimError as exc:
+        print(f"hetsim: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("hetsim: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

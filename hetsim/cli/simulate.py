@@ -1,0 +1,112 @@
+"""`hetsim simulate`: run the simulator on a cluster, a profile and a plan; print and write the report."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from hetsim.data import DEFAULT_CLUSTER, DEFAULT_PLAN, DEFAULT_PROFILE
+from hetsim.errors import HetsimError
+from hetsim.report import Report
+
+__all__ = ["add_arguments", "run", "format_report"]
+
+GIB = 1024**3
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cluster", default=DEFAULT_CLUSTER, help="cluster YAML, or a shipped name (default %(default)s)")
+    p.add_argument("--profile", default=DEFAULT_PROFILE,
+                   help="model profile (YAML/JSON, or PipeDream graph.txt), or a shipped name (default %(default)s)")
+    p.add_argument("--plan", default=DEFAULT_PLAN, help="plan JSON, or a shipped name (default %(default)s)")
+    p.add_argument("--waves", type=int, default=20, help="waves of Nm minibatches per virtual worker (default 20)")
+    p.add_argument("--warmup-waves", type=int, default=2, help="waves left out of the steady-state window (default 2)")
+    p.add_argument("--seed", type=int, default=0, help="seed for jitter and stragglers (default 0)")
+    p.add_argument("--jitter", type=float, default=0.0, metavar="CV",
+                   help="lognormal compute jitter, coefficient of variation (default 0)")
+    p.add_argument("--slowdown", action="append", default=[], metavar="GPU=FACTOR",
+                   help="make a GPU slower, e.g. node2/gpu1=1.5 (repeatable)")
+    p.add_argument("--straggler", default=None, metavar="PROB:SECONDS",
+                   help="SDPipe-style stragglers: each forward sleeps SECONDS with probability PROB")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="write report.json, CSV tables, trace.json and PNG figures here")
+    p.add_argument("--no-plots", action="store_true", help="with --out, skip the PNG figures")
+    p.add_argument("--json", action="store_true", help="print the report JSON instead of the table")
+
+
+def _slowdowns(items: list[str]) -> dict[str, float]:
+    out = {}
+    for item in items:
+        gpu, _, factor = item.partition("=")
+        try:
+            out[gpu] = float(factor)
+        except ValueError:
+            raise HetsimError(f"--slowdown {item!r}: expected GPU=FACTOR, e.g. node2/gpu1=1.5") from None
+    return out
+
+
+def _straggler(text: str | None) -> tuple[float, float]:
+    if text is None:
+        return 0.0, 0.0
+    prob, _, delay = text.partition(":")
+    try:
+        return float(prob), float(delay)
+    except ValueError:
+        raise HetsimError(f"--straggler {text!r}: expected PROB:SECONDS, e.g. 0.1:0.1") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    import hetsim
+    prob, delay = _straggler(args.straggler)
+    started = time.perf_counter()
+    report = hetsim.simulate(args.cluster, args.profile, args.plan, waves=args.waves,
+                             warmup_waves=args.warmup_waves, seed=args.seed, jitter_cv=args.jitter,
+                             slowdown=_slowdowns(args.slowdown), straggler_prob=prob,
+                             straggler_delay_s=delay, trace=args.out is not None)
+    wall = time.perf_counter() - started
+    if args.json:
+        print(report.to_json(), end="")
+    else:
+        print(format_report(report))
+        print(f"\nsimulated {report.settings['events']:,} events in {wall:.2f} s")
+    if args.out:
+        paths = report.write(args.out, plots=not args.no_plots)
+        print(f"wrote {len(paths)} files to {args.out}/ ({', '.join(p.name for p in paths)})")
+    return 0
+
+
+def format_report(report: Report) -> str:
+    """The human-readable summary: headline, per virtual worker, per GPU, staleness, busiest links."""
+    plan = report.plan
+    t = report.throughput
+    lines = [
+        f"{report.kind}: plan {plan['name']} ({plan['schedule']}, Nm={plan['nm']}, sync {plan['sync']['mode']}"
+        f"{', D=' + str(plan['sync']['staleness_bound']) if plan['sync']['mode'] == 'wsp' else ''}) "
+        f"on {report.cluster}, model {report.model}, minibatch {plan['minibatch_size']}",
+        f"throughput: {t['samples_per_s']:.1f} samples/s ({t['minibatches_per_s']:.3f} minibatches/s) "
+        f"over a {report.window['duration_s']:.2f} s steady-state window",
+        "",
+        f"{'virtual worker':<16}{'minibatches/s':>14}{'samples/s':>11}{'sync wait s':>12}",
+    ]
+    for v in report.virtual_workers:
+        lines.append(f"{v.name:<16}{v.minibatches_per_s:>14.3f}{v.samples_per_s:>11.1f}{v.sync_wait_s:>12.2f}")
+    lines += ["", f"{'gpu':<13}{'type':<14}{'vw':<6}{'stage':>5}{'layers':>9}{'busy':>7}{'memory GiB':>15}"
+              f"{'recv wait s':>12}{'sync wait s':>12}"]
+    for g in report.gpus:
+        mem = f"{g.memory_bytes / GIB:.2f}/{g.memory_capacity_bytes / GIB:.0f}"
+        lines.append(f"{g.id:<13}{g.type:<14}{g.vw:<6}{g.stage:>5}{f'{g.layers[0]}-{g.layers[1]}':>9}"
+                     f"{g.busy_fraction:>7.0%}{mem:>15}{g.recv_wait_s:>12.2f}{g.sync_wait_s:>12.2f}")
+    lines += ["", _staleness_line(report)]
+    busiest = sorted(report.links, key=lambda l: -l.utilisation)[:4]
+    lines.append("busiest links: " + ", ".join(f"{l.id} {l.utilisation:.0%}" for l in busiest))
+    lines += [f"note: {n}" for n in report.notes]
+    return "\n".join(lines)
+
+
+def _staleness_line(report: Report) -> str:
+    s = report.staleness
+    text = f"local staleness: max {s['local']['max']} (bound {s['local_bound']})"
+    if "global" in s:
+        text += (f"; global staleness: max {s['global']['max']} clocks, mean {s['global']['mean']:.2f} "
+                 f"(bound D + pull_offset = {s['global_bound']}); max clock gap {report.sync['max_clock_gap']}")
+    return text

@@ -1,0 +1,143 @@
+"""Clusters: nodes, their GPUs, the links inside a node and the network between nodes.
+
+Loaded from gpu_profiles/clusters/*.yaml; bandwidths are stored in bytes/s and latencies in seconds.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from pathlib import Path
+
+from hetsim.data import resolve
+from hetsim.errors import PlanError
+from hetsim.fields import Fields
+from hetsim.gpu import GpuType, gpu_type_from_fields, load_gpu_types
+
+__all__ = ["LinkSpec", "GpuSlot", "Node", "Cluster", "load_cluster", "host_of"]
+
+# Usable bytes/s per lane and direction after line encoding (PCI-SIG base specifications).
+PCIE_LANE_Bps = {1: 0.25e9, 2: 0.5e9, 3: 0.985e9, 4: 1.969e9, 5: 3.938e9, 6: 7.563e9}
+_LINK_KINDS = {"pcie", "nvlink", "infiniband", "ethernet", "loopback"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class LinkSpec:
+    """One kind of link; `bandwidth_Bps` is per direction (links are full duplex)."""
+
+    kind: str
+    bandwidth_Bps: float
+    latency_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuSlot:
+    """One physical GPU of the cluster, e.g. id "node1/gpu2"."""
+
+    id: str
+    node: str
+    index: int
+    type: GpuType
+
+
+@dataclass(frozen=True, kw_only=True)
+class Node:
+    name: str
+    gpus: tuple[GpuSlot, ...]
+    intra_link: LinkSpec
+    # When set, the node's devices are processes sharing this many CPU cores (see README, executor).
+    shared_cores: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cluster:
+    name: str
+    nodes: tuple[Node, ...]
+    network: LinkSpec
+    ps_nodes: tuple[str, ...]
+    description: str = ""
+
+    @property
+    def gpus(self) -> tuple[GpuSlot, ...]:
+        return tuple(g for node in self.nodes for g in node.gpus)
+
+    def gpu(self, gpu_id: str) -> GpuSlot:
+        for slot in self.gpus:
+            if slot.id == gpu_id:
+                return slot
+        near = difflib.get_close_matches(gpu_id, [g.id for g in self.gpus], n=1)
+        hint = f"; did you mean {near[0]!r}?" if near else ""
+        raise PlanError(f"cluster {self.name}: no GPU {gpu_id!r} (GPUs are named node/gpuN){hint}")
+
+    def node(self, name: str) -> Node:
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise PlanError(f"cluster {self.name}: no node {name!r}")
+
+    @property
+    def gpu_types(self) -> dict[str, GpuType]:
+        return {g.type.name: g.type for g in self.gpus}
+
+
+def host_of(node: str) -> str:
+    """The endpoint name of a node's host memory (where parameter servers live)."""
+    return f"{node}/host"
+
+
+def load_cluster(path: str | Path, gpu_types: dict[str, GpuType] | None = None) -> Cluster:
+    """Load a cluster file (or the name of a shipped one), validating every field once."""
+    f = Fields.load(resolve("cluster", path))
+    f.reject_unknown({"name", "description", "network", "nodes", "parameter_servers", "gpu_types"})
+    types = dict(gpu_types) if gpu_types is not None else load_gpu_types()
+    for inline in f.records("gpu_types", []):
+        gpu = gpu_type_from_fields(inline)
+        types[gpu.name] = gpu
+    nodes = tuple(_node(n, types) for n in f.records("nodes"))
+    names = [n.name for n in nodes]
+    for i, name in enumerate(names):
+        if names.index(name) != i:
+            raise f.error(f"nodes[{i}].name", f"{name!r} is used by another node")
+    ps_nodes = f.list("parameter_servers", names)
+    for i, name in enumerate(ps_nodes):
+        if name not in names:
+            raise f.error(f"parameter_servers[{i}]", f"no node named {name!r}")
+    return Cluster(name=f.text("name"), description=f.text("description", ""), nodes=nodes,
+                   network=_link(f.sub("network")), ps_nodes=tuple(ps_nodes))
+
+
+def _node(f: Fields, types: dict[str, GpuType]) -> Node:
+    f.reject_unknown({"name", "gpus", "intra_link", "shared_cores"})
+    name = f.text("name")
+    if "/" in name:
+        raise f.error("name", f"{name!r} must not contain '/'")
+    slots: list[GpuSlot] = []
+    for g in f.records("gpus"):
+        g.reject_unknown({"type", "count"})
+        type_name = g.text("type")
+        if type_name not in types:
+            near = difflib.get_close_matches(type_name, list(types), n=1)
+            hint = f"; did you mean {near[0]!r}?" if near else f" (known: {', '.join(sorted(types))})"
+            raise g.error("type", f"unknown GPU type {type_name!r}{hint}")
+        for _ in range(g.number("count", 1, positive=True, integer=True)):
+            idx = len(slots)
+            slots.append(GpuSlot(id=f"{name}/gpu{idx}", node=name, index=idx, type=types[type_name]))
+    cores = f.number("shared_cores", None, positive=True, integer=True)
+    return Node(name=name, gpus=tuple(slots), intra_link=_link(f.sub("intra_link")), shared_cores=cores)
+
+
+def _link(f: Fields) -> LinkSpec:
+    f.reject_unknown({"kind", "gen", "lanes", "bandwidth_GBps", "bandwidth_gbit_s", "latency_us"})
+    kind = f.text("kind", choices=_LINK_KINDS)
+    if f.has("bandwidth_GBps"):
+        bandwidth = f.number("bandwidth_GBps", positive=True) * 1e9
+    elif f.has("bandwidth_gbit_s"):
+        bandwidth = f.number("bandwidth_gbit_s", positive=True) * 1e9 / 8
+    elif kind == "pcie":
+        gen = f.number("gen", integer=True)
+        if gen not in PCIE_LANE_Bps:
+            raise f.error("gen", f"PCIe generation {gen} unknown (1-6)")
+        bandwidth = PCIE_LANE_Bps[gen] * f.number("lanes", 16, positive=True, integer=True)
+    else:
+        raise f.error("bandwidth_GBps", f"missing (a {kind} link needs bandwidth_GBps or bandwidth_gbit_s)")
+    return LinkSpec(kind=kind, bandwidth_Bps=bandwidth, latency_s=f.number("latency_us", 0.0, nonnegative=True) * 1e-6)

@@ -1,0 +1,105 @@
+"""Check a plan against a cluster and a profile: one place for every rule a runnable plan obeys."""
+
+from __future__ import annotations
+
+from hetsim.cluster import Cluster
+from hetsim.errors import PlanError
+from hetsim.memory import GIB, StageMemory, stage_memory
+from hetsim.plan import ASYNC_SCHEDULES, Plan, VirtualWorker
+from hetsim.profile import ModelProfile
+from hetsim.schedule import Schedule, build_schedule
+from hetsim.topology import Topology
+
+__all__ = ["check_plan", "plan_memory", "vw_schedule"]
+
+
+def check_plan(plan: Plan, cluster: Cluster, profile: ModelProfile, waves: int = 4) -> dict[str, StageMemory]:
+    """Raise PlanError naming the first broken rule; return each GPU's memory use if all hold.
+
+    `profile` must already be at the plan's minibatch size (see ModelProfile.scaled_to_batch).
+    """
+    _check_structure(plan, cluster, profile)
+    _check_sync(plan)
+    memory = plan_memory(plan, cluster, profile, waves)
+    for vw in plan.virtual_workers:
+        for s, stage in enumerate(vw.stages):
+            gpu = cluster.gpu(stage.gpu)
+            need = memory[stage.gpu]
+            if need.total_bytes > gpu.type.memory_bytes:
+                raise PlanError(
+                    f"plan: stage {s} of {vw.name} on {gpu.id} ({gpu.type.display_name}, "
+                    f"{gpu.type.memory_gib:.1f} GiB) needs {need.total_bytes / GIB:.2f} GiB "
+                    f"({need.describe()}); lower Nm or add a stage")
+    return memory
+
+
+def vw_schedule(plan: Plan, vw: VirtualWorker, cluster: Cluster, profile: ModelProfile,
+                waves: int) -> Schedule:
+    """One virtual worker's schedule IR; the hetpipe order is shaped by its stages' nominal costs."""
+    costs = None
+    if plan.schedule == "hetpipe":
+        topology = Topology(cluster)
+        costs = []
+        for s, stage in enumerate(vw.stages):
+            fwd, bwd = profile.stage_times(cluster.gpu(stage.gpu).type.name, *stage.layers)
+            comm = 0.0
+            if s + 1 < len(vw.stages):
+                nxt = vw.stages[s + 1].gpu
+                comm = (topology.route(stage.gpu, nxt).latency_s
+                        + profile.cut_bytes(stage.layers[1]) / topology.bottleneck_Bps(stage.gpu, nxt))
+            costs.append((fwd, bwd, comm))
+        costs = tuple(costs)
+    return build_schedule(plan.schedule, len(vw.stages), plan.nm, waves, plan.sync.mode, costs)
+
+
+def plan_memory(plan: Plan, cluster: Cluster, profile: ModelProfile, waves: int = 4) -> dict[str, StageMemory]:
+    """Peak memory of every GPU in the plan, from the in-flight counts of its schedule."""
+    out = {}
+    for vw in plan.virtual_workers:
+        schedule = vw_schedule(plan, vw, cluster, profile, waves)
+        for s, stage in enumerate(vw.stages):
+            out[stage.gpu] = stage_memory(profile, *stage.layers, in_flight=schedule.in_flight(s),
+                                          asynchronous=plan.schedule in ASYNC_SCHEDULES,
+                                          optimizer_state_copies=plan.optimizer_state_copies)
+    return out
+
+
+def _check_structure(plan: Plan, cluster: Cluster, profile: ModelProfile) -> None:
+    seen: dict[str, str] = {}
+    for vw in plan.virtual_workers:
+        end = 0
+        for s, stage in enumerate(vw.stages):
+            where = f"plan: {vw.name} stage {s}"
+            gpu = cluster.gpu(stage.gpu)
+            if stage.gpu in seen:
+                raise PlanError(f"{where}: GPU {stage.gpu} is already used by {seen[stage.gpu]}")
+            seen[stage.gpu] = f"{vw.name} stage {s}"
+            profile.require_gpu_type(gpu.type.name)
+            lo, hi = stage.layers
+            if lo != end:
+                raise PlanError(f"{where}: layers [{lo}, {hi}) must start at {end}, where the previous "
+                                "stage ended (stages are contiguous)")
+            end = hi
+        if end != profile.n_layers:
+            raise PlanError(f"plan: {vw.name} covers layers [0, {end}) but the profile of "
+                            f"{profile.model} has {profile.n_layers} layers")
+
+
+def _check_sync(plan: Plan) -> None:
+    mode, schedule = plan.sync.mode, plan.schedule
+    if mode == "bsp" and schedule in ASYNC_SCHEDULES:
+        raise PlanError(f"plan: sync bsp needs a flush schedule (gpipe or 1f1b-flush), not {schedule}")
+    if mode in ("bsp", "sdpipe"):
+        first = [s.layers for s in plan.virtual_workers[0].stages]
+        for vw in plan.virtual_workers[1:]:
+            if [s.layers for s in vw.stages] != first:
+                raise PlanError(f"plan: sync {mode} averages stage by stage, so every virtual worker "
+                                f"needs the same layer ranges; {vw.name} differs from "
+                                f"{plan.virtual_workers[0].name}")
+    if mode == "wsp" and schedule in ASYNC_SCHEDULES:
+        if plan.sync.offset_for(schedule) + plan.sync.staleness_bound < 1 and plan.nm > 1:
+            raise PlanError(f"plan: sync.pull_offset 0 with staleness_bound 0 deadlocks the {schedule} "
+                            "schedule (a wave starts before the previous one ends); use pull_offset >= 1")
+    if mode == "none" and len(plan.virtual_workers) > 1:
+        raise PlanError("plan: sync mode 'none' with several virtual workers would train independent "
+                        "replicas; choose wsp, bsp or sdpipe")

@@ -1,0 +1,146 @@
+"""Read YAML/JSON documents field by field, so every error names the file and the field path.
+
+    f = Fields.load("cluster.yaml")
+    for node in f.list("nodes"):
+        node.number("memory_gib", positive=True)   # -> "cluster.yaml: nodes[2].memory_gib: missing"
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterable
+
+import yaml
+
+from hetsim.errors import SpecError
+
+__all__ = ["Fields", "read_document"]
+
+_MISSING = object()
+
+
+def read_document(path: str | Path) -> Any:
+    """Parse a .yaml/.yml/.json file; parse errors become one-line SpecErrors naming the file."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise SpecError(f"{path}: file not found") from None
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read ({exc.strerror})") from None
+    try:
+        if path.suffix == ".json":
+            return json.loads(text)
+        return yaml.safe_load(text)
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"{path}: line {exc.lineno}: invalid JSON ({exc.msg})") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise SpecError(f"{path}: {where}{problem}") from None
+
+
+class Fields:
+    """A mapping from a document, with the file name and the path to it for error messages."""
+
+    def __init__(self, data: Any, source: str, path: str = ""):
+        if not isinstance(data, dict):
+            raise SpecError(f"{source}: {path or 'document'}: expected a mapping, got {_kind(data)}")
+        self.data = data
+        self.source = source
+        self.path = path
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Fields":
+        return cls(read_document(path), Path(path).name)
+
+    def where(self, key: str | None = None) -> str:
+        if key is None:
+            return self.path or "document"
+        return f"{self.path}.{key}" if self.path else key
+
+    def error(self, key: str | None, message: str) -> SpecError:
+        return SpecError(f"{self.source}: {self.where(key)}: {message}")
+
+    def has(self, key: str) -> bool:
+        return key in self.data and self.data[key] is not None
+
+    def raw(self, key: str, default: Any = _MISSING) -> Any:
+        if not self.has(key):
+            if default is _MISSING:
+                raise self.error(key, "missing")
+            return default
+        return self.data[key]
+
+    def text(self, key: str, default: Any = _MISSING, *, choices: Iterable[str] | None = None) -> str:
+        value = self.raw(key, default)
+        if value is default and default is not _MISSING:
+            return value
+        if not isinstance(value, str):
+            raise self.error(key, f"expected text, got {_kind(value)}")
+        if choices is not None and value not in choices:
+            raise self.error(key, f"{value!r} is not one of {', '.join(sorted(choices))}")
+        return value
+
+    def number(self, key: str, default: Any = _MISSING, *, positive: bool = False,
+               nonnegative: bool = False, integer: bool = False) -> Any:
+        value = self.raw(key, default)
+        if value is default and default is not _MISSING:
+            return value
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self.error(key, f"expected a number, got {_kind(value)}")
+        if integer and not float(value).is_integer():
+            raise self.error(key, f"expected a whole number, got {value}")
+        if positive and not value > 0:
+            raise self.error(key, f"must be > 0, got {value}")
+        if nonnegative and not value >= 0:
+            raise self.error(key, f"must be >= 0, got {value}")
+        return int(value) if integer else float(value)
+
+    def sub(self, key: str, default: Any = _MISSING) -> "Fields | Any":
+        value = self.raw(key, default)
+        if value is default and default is not _MISSING:
+            return value
+        return Fields(value, self.source, self.where(key)) if isinstance(value, dict) else \
+            _raise(self.error(key, f"expected a mapping, got {_kind(value)}"))
+
+    def list(self, key: str, default: Any = _MISSING) -> list:
+        value = self.raw(key, default)
+        if value is default and default is not _MISSING:
+            return value
+        if not isinstance(value, list):
+            raise self.error(key, f"expected a list, got {_kind(value)}")
+        return value
+
+    def records(self, key: str, default: Any = _MISSING) -> "list[Fields]":
+        items = self.list(key, default)
+        if items is default and default is not _MISSING:
+            return items
+        if not items:
+            raise self.error(key, "must not be empty")
+        out = []
+        for i, item in enumerate(items):
+            if not isinstance(item, dict):
+                raise self.error(f"{key}[{i}]", f"expected a mapping, got {_kind(item)}")
+            out.append(Fields(item, self.source, self.where(f"{key}[{i}]")))
+        return out
+
+    def reject_unknown(self, allowed: Iterable[str]) -> None:
+        """Typos must not silently fall back to defaults."""
+        allowed = set(allowed)
+        for key in self.data:
+            if key not in allowed:
+                raise self.error(str(key), f"unknown field (expected one of: {', '.join(sorted(allowed))})")
+
+
+def _raise(exc: Exception):
+    raise exc
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "nothing"
+    return {dict: "a mapping", list: "a list", str: f"text {value!r}", bool: f"{value}"}.get(
+        type(value), repr(value))

@@ -1,0 +1,136 @@
+"""PipeDream's profile format (graph.txt), read and written.
+
+    node4 -- Conv2d(64, 64, ...) -- forward_compute_time=46.201, backward_compute_time=113.330, activation_size=1644167168.000, parameter_size=147712.000
+    	node3 -- node4
+
+Times are milliseconds per minibatch; sizes are bytes for the whole minibatch. The file names neither
+the GPU nor the batch size, so both are arguments here (see ../shared/reference/pipedream.md).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+from hetsim.errors import SpecError
+from hetsim.profile import LayerProfile, ModelProfile
+
+__all__ = ["read_graph", "write_graph", "parse_graph"]
+
+_METRIC = re.compile(r"(\w+)=(\[[^\]]*\]|[-+0-9.eE]+)")
+
+
+def read_graph(path: str | Path, *, gpu_type: str = "reference", batch_size: int | None = None,
+               model: str | None = None) -> ModelProfile:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read ({exc.strerror})") from None
+    return parse_graph(text, source_name=path.name, gpu_type=gpu_type,
+                       batch_size=batch_size, model=model or path.stem)
+
+
+def parse_graph(text: str, *, source_name: str, gpu_type: str = "reference",
+                batch_size: int | None = None, model: str = "model") -> ModelProfile:
+    nodes: dict[str, tuple[str, dict[str, float]]] = {}
+    edges: list[tuple[str, str]] = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        if line.startswith("\t"):
+            parts = [p.strip() for p in line.split(" -- ")]
+            if len(parts) != 2:
+                raise SpecError(f"{source_name}: line {lineno}: edge must read 'src -- dst'")
+            edges.append((parts[0], parts[1]))
+            continue
+        try:
+            name, rest = line.split(" -- ", 1)
+            desc, metrics = rest.rsplit(" -- ", 1)
+        except ValueError:
+            raise SpecError(f"{source_name}: line {lineno}: node must read 'name -- description -- metrics'") from None
+        nodes[name.strip()] = (desc, _metrics(metrics, source_name, lineno))
+    for src, dst in edges:
+        for end in (src, dst):
+            if end not in nodes:
+                raise SpecError(f"{source_name}: edge {src} -- {dst}: no node {end!r}")
+    order = _topological(list(nodes), edges, source_name)
+    index = {name: i for i, name in enumerate(order)}
+    layers = tuple(_layer(name, *nodes[name], gpu_type) for name in order)
+    inputs = [l.output_bytes for l in layers if l.kind.startswith("Input")]
+    return ModelProfile(
+        model=model, batch_size=batch_size or 1, layers=layers,
+        edges=tuple(sorted((index[s], index[d]) for s, d in edges)),
+        input_bytes=int(sum(inputs)),
+        source=f"PipeDream graph.txt {source_name}, times for GPU type {gpu_type!r}",
+    )
+
+
+def _metrics(text: str, source_name: str, lineno: int) -> dict[str, float]:
+    values = {}
+    for key, raw in _METRIC.findall(text):
+        if raw.startswith("["):
+            values[key] = sum(float(x) for x in raw.strip("[]").split(";") if x.strip())
+        else:
+            values[key] = float(raw)
+    for key in ("forward_compute_time", "backward_compute_time", "activation_size", "parameter_size"):
+        if key not in values:
+            raise SpecError(f"{source_name}: line {lineno}: {key}: missing")
+    return values
+
+
+def _layer(name: str, desc: str, m: dict[str, float], gpu_type: str) -> LayerProfile:
+    return LayerProfile(name=name, kind=desc, param_bytes=int(m["parameter_size"]),
+                        output_bytes=int(m["activation_size"]),
+                        fwd_s={gpu_type: m["forward_compute_time"] / 1000.0},
+                        bwd_s={gpu_type: m["backward_compute_time"] / 1000.0})
+
+
+def _topological(names: list[str], edges: list[tuple[str, str]], source_name: str) -> list[str]:
+    """Kahn's algorithm; ties break by the number in "nodeN" so the order is reproducible."""
+    def key(name: str):
+        digits = re.sub(r"\D", "", name)
+        return (int(digits) if digits else math.inf, name)
+    indegree = {n: 0 for n in names}
+    succ: dict[str, list[str]] = {n: [] for n in names}
+    for src, dst in edges:
+        indegree[dst] += 1
+        succ[src].append(dst)
+    ready = sorted((n for n in names if indegree[n] == 0), key=key)
+    order = []
+    while ready:
+        n = ready.pop(0)
+        order.append(n)
+        for m in succ[n]:
+            indegree[m] -= 1
+            if indegree[m] == 0:
+                ready.append(m)
+        ready.sort(key=key)
+    if len(order) != len(names):
+        raise SpecError(f"{source_name}: the layer graph has a cycle")
+    return order
+
+
+def _ms_text(seconds: float) -> str:
+    """Milliseconds text that reads back to exactly `seconds` (x/1000 after parsing)."""
+    ms = seconds * 1000.0
+    for candidate in (ms, math.nextafter(ms, math.inf), math.nextafter(ms, -math.inf)):
+        if float(repr(candidate)) / 1000.0 == seconds:
+            return repr(candidate)
+    return repr(ms)
+
+
+def write_graph(profile: ModelProfile, path: str | Path, *, gpu_type: str) -> None:
+    """Write one GPU type's times in graph.txt form (names "nodeN" unless layers are named so)."""
+    profile.require_gpu_type(gpu_type)
+    names = [l.name if re.fullmatch(r"node\d+", l.name) else f"node{i}" for i, l in enumerate(profile.layers)]
+    lines = []
+    for name, l in zip(names, profile.layers):
+        desc = (l.kind or l.name).replace(" -- ", " - ")
+        lines.append(f"{name} -- {desc} -- forward_compute_time={_ms_text(l.fwd_s[gpu_type])}, "
+                     f"backward_compute_time={_ms_text(l.bwd_s[gpu_type])}, "
+                     f"activation_size={float(l.output_bytes)!r}, parameter_size={float(l.param_bytes)!r}")
+    for src, dst in profile.edges:
+        lines.append(f"\t{names[src]} -- {names[dst]}")
+    Path(path).write_text("\n".join(lines) + "\n")

@@ -1,0 +1,215 @@
+"""Model profiles: per layer, forward/backward seconds on each GPU type, parameter and activation bytes.
+
+Layers are listed in a topological order of the layer DAG; a pipeline stage is a contiguous range
+[lo, hi) of that order. hetsim's own format is YAML/JSON (this module); PipeDream's graph.txt is read
+and written by `hetsim.pipedream_graph`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from hetsim.data import resolve
+from hetsim.errors import PlanError
+from hetsim.fields import Fields
+
+__all__ = ["LayerProfile", "ModelProfile", "load_profile", "save_profile"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayerProfile:
+    """One layer. Times and activation bytes are for a whole minibatch of the profile's batch size."""
+
+    name: str
+    kind: str
+    param_bytes: int
+    output_bytes: int
+    fwd_s: dict[str, float] = field(hash=False)
+    bwd_s: dict[str, float] = field(hash=False)
+    flops_fwd: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelProfile:
+    model: str
+    batch_size: int
+    layers: tuple[LayerProfile, ...]
+    edges: tuple[tuple[int, int], ...]
+    input_bytes: int
+    source: str = ""
+    flop_convention: str = "FLOPs count a multiply-add as 2 (torch.utils.flop_counter)"
+
+    @property
+    def gpu_types(self) -> set[str]:
+        types = set(self.layers[0].fwd_s)
+        for layer in self.layers[1:]:
+            types &= set(layer.fwd_s)
+        return types
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.layers)
+
+    @property
+    def param_bytes(self) -> int:
+        return int(sum(l.param_bytes for l in self.layers))
+
+    def require_gpu_type(self, gpu_type: str) -> None:
+        if gpu_type not in self.gpu_types:
+            raise PlanError(f"profile {self.model}: no layer times for GPU type {gpu_type!r} "
+                            f"(it has: {', '.join(sorted(self.gpu_types))}); derive them with "
+                            f"`hetsim profile --derive-for {gpu_type}`")
+
+    def _prefix(self, values) -> np.ndarray:
+        return np.concatenate(([0.0], np.cumsum(np.asarray(values, dtype=float))))
+
+    @cached_property
+    def _time_prefix(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        return {t: (self._prefix([l.fwd_s[t] for l in self.layers]),
+                    self._prefix([l.bwd_s[t] for l in self.layers])) for t in self.gpu_types}
+
+    @cached_property
+    def _param_prefix(self) -> np.ndarray:
+        return self._prefix([l.param_bytes for l in self.layers])
+
+    @cached_property
+    def _act_prefix(self) -> np.ndarray:
+        return self._prefix([l.output_bytes for l in self.layers])
+
+    def stage_times(self, gpu_type: str, lo: int, hi: int) -> tuple[float, float]:
+        """(forward, backward) seconds of layers [lo, hi) on one GPU type."""
+        self.require_gpu_type(gpu_type)
+        fwd, bwd = self._time_prefix[gpu_type]
+        return float(fwd[hi] - fwd[lo]), float(bwd[hi] - bwd[lo])
+
+    def stage_param_bytes(self, lo: int, hi: int) -> int:
+        return int(self._param_prefix[hi] - self._param_prefix[lo])
+
+    def stage_output_bytes_sum(self, lo: int, hi: int) -> int:
+        """Bytes of every layer output in [lo, hi): what a stage keeps per in-flight minibatch."""
+        return int(self._act_prefix[hi] - self._act_prefix[lo])
+
+    def cut_bytes(self, cut: int) -> int:
+        """Activation bytes crossing the boundary before layer `cut` (0 = the model's input)."""
+        if cut <= 0:
+            return self.input_bytes
+        if cut >= self.n_layers:
+            return 0
+        return self._cut_bytes[cut]
+
+    @cached_property
+    def _cut_bytes(self) -> list[int]:
+        # A layer's output crosses every cut between it and its last consumer.
+        last_use = list(range(self.n_layers))
+        for src, dst in self.edges:
+            last_use[src] = max(last_use[src], dst)
+        delta = [0] * (self.n_layers + 1)
+        for i, layer in enumerate(self.layers):
+            if last_use[i] > i:
+                delta[i + 1] += layer.output_bytes
+                delta[last_use[i] + 1] -= layer.output_bytes
+        out, running = [], 0
+        for d in delta:
+            running += d
+            out.append(running)
+        return out
+
+    def scaled_to_batch(self, batch_size: int) -> "ModelProfile":
+        """Times and activations scaled linearly to another batch size (an approximation)."""
+        if batch_size == self.batch_size:
+            return self
+        r = batch_size / self.batch_size
+        layers = tuple(replace(l, output_bytes=int(round(l.output_bytes * r)),
+                               fwd_s={k: v * r for k, v in l.fwd_s.items()},
+                               bwd_s={k: v * r for k, v in l.bwd_s.items()},
+                               flops_fwd=None if l.flops_fwd is None else l.flops_fwd * r)
+                       for l in self.layers)
+        return replace(self, batch_size=batch_size, layers=layers,
+                       input_bytes=int(round(self.input_bytes * r)),
+                       source=f"{self.source} (scaled linearly from batch {self.batch_size})")
+
+    def to_dict(self) -> dict[str, Any]:
+        layers = []
+        for l in self.layers:
+            item = {"name": l.name, "kind": l.kind, "param_bytes": l.param_bytes,
+                    "output_bytes": l.output_bytes, "fwd_s": dict(sorted(l.fwd_s.items())),
+                    "bwd_s": dict(sorted(l.bwd_s.items()))}
+            if l.flops_fwd is not None:
+                item["flops_fwd"] = l.flops_fwd
+            layers.append(item)
+        chain = all(self.edges[i] == (i, i + 1) for i in range(len(self.edges))) and \
+            len(self.edges) == self.n_layers - 1
+        doc = {"model": self.model, "batch_size": self.batch_size, "source": self.source,
+               "flop_convention": self.flop_convention, "input_bytes": self.input_bytes,
+               "layers": layers}
+        if not chain:
+            doc["edges"] = [list(e) for e in self.edges]
+        return doc
+
+
+def profile_from_dict(data: Any, source_name: str) -> ModelProfile:
+    f = Fields(data, source_name)
+    f.reject_unknown({"model", "batch_size", "source", "flop_convention", "input_bytes", "layers", "edges"})
+    layers = tuple(_layer(l) for l in f.records("layers"))
+    n = len(layers)
+    raw_edges = f.list("edges", [[i, i + 1] for i in range(n - 1)])
+    edges = []
+    for i, e in enumerate(raw_edges):
+        if not (isinstance(e, list) and len(e) == 2 and all(isinstance(x, int) for x in e)):
+            raise f.error(f"edges[{i}]", f"expected [src, dst] layer indices, got {e!r}")
+        src, dst = e
+        if not 0 <= src < dst < n:
+            raise f.error(f"edges[{i}]", f"[{src}, {dst}] must satisfy 0 <= src < dst < {n} "
+                          "(layers are listed in topological order)")
+        edges.append((src, dst))
+    types = set(layers[0].fwd_s)
+    for i, layer in enumerate(layers):
+        if set(layer.fwd_s) != types or set(layer.bwd_s) != types:
+            raise f.error(f"layers[{i}]", f"times must cover the same GPU types as layers[0] "
+                          f"({', '.join(sorted(types))})")
+    return ModelProfile(model=f.text("model"), batch_size=f.number("batch_size", positive=True, integer=True),
+                        layers=layers, edges=tuple(edges), source=f.text("source", ""),
+                        flop_convention=f.text("flop_convention", ModelProfile.flop_convention),
+                        input_bytes=f.number("input_bytes", nonnegative=True, integer=True))
+
+
+def _layer(f: Fields) -> LayerProfile:
+    f.reject_unknown({"name", "kind", "param_bytes", "output_bytes", "fwd_s", "bwd_s", "flops_fwd"})
+    times = {}
+    for key in ("fwd_s", "bwd_s"):
+        sub = f.sub(key)
+        if not sub.data:
+            raise f.error(key, "must list seconds for at least one GPU type")
+        times[key] = {str(t): sub.number(t, nonnegative=True) for t in sub.data}
+    return LayerProfile(name=f.text("name"), kind=f.text("kind", ""),
+                        param_bytes=f.number("param_bytes", nonnegative=True, integer=True),
+                        output_bytes=f.number("output_bytes", nonnegative=True, integer=True),
+                        fwd_s=times["fwd_s"], bwd_s=times["bwd_s"],
+                        flops_fwd=f.number("flops_fwd", None, nonnegative=True))
+
+
+def load_profile(path: str | Path) -> ModelProfile:
+    """Load hetsim's YAML/JSON profile, or PipeDream's graph.txt (times then for GPU type "reference")."""
+    path = resolve("profile", path)
+    if path.suffix == ".txt":
+        from hetsim.pipedream_graph import read_graph
+        return read_graph(path)
+    f = Fields.load(path)
+    return profile_from_dict(f.data, path.name)
+
+
+def save_profile(profile: ModelProfile, path: str | Path) -> None:
+    path = Path(path)
+    doc = profile.to_dict()
+    if path.suffix == ".json":
+        path.write_text(json.dumps(doc, indent=1) + "\n")
+    else:
+        path.write_text(yaml.safe_dump(doc, sort_keys=False, width=120))
+

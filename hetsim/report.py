@@ -1,0 +1,157 @@
+"""The report: what a simulation predicts and what the executor measures, in one format.
+
+`Report.to_json()` is deterministic (sorted keys, shortest round-trip floats), so the same inputs and
+seed give byte-identical files. Per-update records go to CSV files beside it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Iterable
+
+from hetsim.trace import TraceWriter
+
+__all__ = ["GpuStats", "LinkStats", "VwStats", "Report", "distribution", "STALENESS_LOCAL_COLUMNS",
+           "STALENESS_GLOBAL_COLUMNS"]
+
+STALENESS_LOCAL_COLUMNS = ("vw", "stage", "minibatch", "staleness")
+STALENESS_GLOBAL_COLUMNS = ("vw", "stage", "wave", "version", "staleness")
+
+
+@dataclass(kw_only=True)
+class GpuStats:
+    id: str
+    type: str
+    vw: str
+    stage: int
+    layers: tuple[int, int]
+    busy_fraction: float          # compute time / window
+    compute_s: float
+    recv_wait_s: float            # idle, waiting for activations or gradients
+    sync_wait_s: float            # blocked in PULL/ALLREDUCE/GROUP_SYNC
+    memory_bytes: int             # peak: weights, gradients, optimiser, stash, activations
+    memory_capacity_bytes: int
+    memory_breakdown: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(kw_only=True)
+class LinkStats:
+    id: str
+    bandwidth_Bps: float
+    bytes: float
+    utilisation: float
+
+
+@dataclass(kw_only=True)
+class VwStats:
+    name: str
+    minibatches: int              # completed in its own steady state (after warm-up)
+    minibatches_per_s: float
+    samples_per_s: float
+    sync_wait_s: float            # time the input stage was blocked by synchronisation
+
+
+def distribution(values: Iterable[int]) -> dict[str, Any]:
+    values = list(values)
+    if not values:
+        return {"count": 0, "mean": None, "max": None, "histogram": {}}
+    hist = Counter(values)
+    return {"count": len(values), "mean": sum(values) / len(values), "max": max(values),
+            "histogram": {str(k): hist[k] for k in sorted(hist)}}
+
+
+@dataclass(kw_only=True)
+class Report:
+    kind: str                                  # "prediction" or "measurement"
+    plan: dict[str, Any]
+    cluster: str
+    model: str
+    profile_source: str
+    settings: dict[str, Any]
+    window: dict[str, float]
+    throughput: dict[str, float]
+    virtual_workers: list[VwStats]
+    gpus: list[GpuStats]
+    links: list[LinkStats]
+    staleness: dict[str, Any]
+    sync: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
+    training: dict[str, Any] = field(default_factory=dict)   # measurements only: losses, ...
+    # Per-update records, written as CSV rather than into the JSON.
+    staleness_local: list[tuple] = field(default_factory=list, repr=False)
+    staleness_global: list[tuple] = field(default_factory=list, repr=False)
+    trace: TraceWriter | None = field(default=None, repr=False, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        doc = asdict(replace(self, trace=None))
+        for key in ("staleness_local", "staleness_global", "trace"):
+            doc.pop(key)
+        return doc
+
+    def to_json(self) -> str:
+        return json.dumps(_plain(self.to_dict()), sort_keys=True, indent=1) + "\n"
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> "Report":
+        doc = dict(doc)
+        doc["virtual_workers"] = [VwStats(**v) for v in doc["virtual_workers"]]
+        doc["gpus"] = [GpuStats(**{**g, "layers": tuple(g["layers"])}) for g in doc["gpus"]]
+        doc["links"] = [LinkStats(**l) for l in doc["links"]]
+        return cls(**doc)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Report":
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+    def tables(self) -> dict[str, "Any"]:
+        """pandas DataFrames of the per-GPU, per-link, per-VW and per-update records."""
+        import pandas as pd
+        return {
+            "gpus": pd.DataFrame([_row(g) for g in self.gpus]),
+            "links": pd.DataFrame([asdict(l) for l in self.links]),
+            "virtual_workers": pd.DataFrame([asdict(v) for v in self.virtual_workers]),
+            "staleness_local": pd.DataFrame(self.staleness_local, columns=STALENESS_LOCAL_COLUMNS),
+            "staleness_global": pd.DataFrame(self.staleness_global, columns=STALENESS_GLOBAL_COLUMNS),
+        }
+
+    def write(self, out_dir: str | Path, *, plots: bool = False) -> list[Path]:
+        """report.json, one CSV per table, trace.json (if traced) and optionally PNG figures."""
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        paths = [out / "report.json"]
+        paths[0].write_text(self.to_json())
+        for name, frame in self.tables().items():
+            path = out / f"{name}.csv"
+            frame.to_csv(path, index=False)
+            paths.append(path)
+        if self.trace is not None:
+            paths.append(out / "trace.json")
+            self.trace.write(paths[-1])
+        if plots:
+            from hetsim.plots import plot_report
+            paths += plot_report(self, out)
+        return paths
+
+
+def _row(g: GpuStats) -> dict[str, Any]:
+    row = asdict(g)
+    row["layers"] = f"{g.layers[0]}-{g.layers[1]}"
+    breakdown = row.pop("memory_breakdown")
+    row.update({f"mem_{k}": v for k, v in breakdown.items()})
+    return row
+
+
+def _plain(value: Any) -> Any:
+    """JSON-safe copy: tuples to lists, numpy scalars to Python numbers, NaN/inf to None."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        value = value.item()
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return None
+    return value

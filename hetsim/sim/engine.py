@@ -1,0 +1,141 @@
+"""Wire a plan into a SimPy model, run it, and turn what it recorded into a Report."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hetsim.cluster import Cluster
+from hetsim.errors import HetsimError, SimulationError
+from hetsim.feasibility import check_plan, vw_schedule
+from hetsim.parameter_servers import ps_shards
+from hetsim.plan import ASYNC_SCHEDULES, Plan
+from hetsim.profile import ModelProfile
+from hetsim.schedule import validate_schedule
+from hetsim.sim.allreduce import BulkSync
+from hetsim.sim.pipeline import Stage, stage_process
+from hetsim.sim.recorder import Recorder
+from hetsim.sim.sdpipe import SemiDecentralisedSync
+from hetsim.sim.summary import build_report
+from hetsim.sim.world import Device, World
+from hetsim.sim.wsp import WaveSync
+from hetsim.report import Report
+from hetsim.trace import TraceWriter
+
+__all__ = ["SimOptions", "run_simulation"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SimOptions:
+    """How long to simulate and what to perturb. Same options and seed give the same result."""
+
+    waves: int = 20
+    warmup_waves: int = 2
+    seed: int = 0
+    jitter_cv: float = 0.0                 # per-compute lognormal jitter, coefficient of variation
+    slowdown: dict[str, float] = field(default_factory=dict)   # gpu id -> factor (2.0 = half speed)
+    straggler_prob: float = 0.0            # SDPipe-style: chance a device sleeps before a forward
+    straggler_delay_s: float = 0.0
+    trace: bool = True
+
+    def __post_init__(self):
+        if self.waves < 1:
+            raise HetsimError(f"waves: must be >= 1, got {self.waves}")
+        if not 0 <= self.warmup_waves < self.waves:
+            raise HetsimError(f"warmup_waves: must be in [0, waves), got {self.warmup_waves} "
+                              f"with waves={self.waves}")
+        if self.jitter_cv < 0:
+            raise HetsimError(f"jitter_cv: must be >= 0, got {self.jitter_cv}")
+        if not 0 <= self.straggler_prob <= 1 or self.straggler_delay_s < 0:
+            raise HetsimError("straggler_prob must be in [0, 1] and straggler_delay_s >= 0")
+        for gpu, factor in self.slowdown.items():
+            if not factor > 0:
+                raise HetsimError(f"slowdown[{gpu}]: must be > 0, got {factor}")
+
+
+def run_simulation(cluster: Cluster, profile: ModelProfile, plan: Plan,
+                   options: SimOptions = SimOptions()) -> Report:
+    """Simulate `options.waves` waves of every virtual worker; the Report carries the trace."""
+    profile = profile.scaled_to_batch(plan.minibatch_size)
+    memory = check_plan(plan, cluster, profile, options.waves)
+    for gpu in options.slowdown:
+        cluster.gpu(gpu)
+    trace = TraceWriter("prediction") if options.trace else None
+    n_vw = len(plan.virtual_workers)
+    n_mb = options.waves * plan.nm
+    world = World(cluster)
+    rec = Recorder(world, n_vw, n_mb, options.warmup_waves * plan.nm, trace)
+    if trace is not None:
+        world.net.on_rates = rec.link_rates
+    _add_devices(world, cluster, options)
+    stages = _build_stages(world, plan, profile, rec)
+    sync = _make_sync(world, rec, plan, cluster, profile, stages, options.waves)
+    if trace is not None:
+        for slot in cluster.gpus:                 # rows in cluster order, not plan order
+            if slot.id in rec.rows:
+                trace.row(*rec.rows[slot.id])
+    validated: list = []
+    schedules = [vw_schedule(plan, vw, cluster, profile, options.waves) for vw in plan.virtual_workers]
+    for vw_stages, schedule in zip(stages, schedules):
+        if not any(schedule is v for v in validated):
+            validate_schedule(schedule)
+            validated.append(schedule)
+        for stage, actions in zip(vw_stages, schedule.stages):
+            world.env.process(stage_process(world, rec, sync, stage, actions))
+    world.env.run()
+    _check_finished(stages, schedules, plan)
+    report = build_report(world, rec, plan, cluster, profile, options, memory, stages, sync)
+    report.trace = trace
+    return report
+
+
+def _add_devices(world: World, cluster: Cluster, options: SimOptions) -> None:
+    for i, slot in enumerate(cluster.gpus):
+        world.devices[slot.id] = Device(
+            world, slot, slowdown=options.slowdown.get(slot.id, 1.0), jitter_cv=options.jitter_cv,
+            straggler_prob=options.straggler_prob, straggler_delay_s=options.straggler_delay_s,
+            rng=np.random.default_rng([options.seed, i]))
+
+
+def _build_stages(world: World, plan: Plan, profile: ModelProfile, rec: Recorder) -> list[list[Stage]]:
+    out = []
+    for v, vw in enumerate(plan.virtual_workers):
+        gpus = [s.gpu for s in vw.stages]
+        row = []
+        for s, spec in enumerate(vw.stages):
+            slot = world.cluster.gpu(spec.gpu)
+            fwd, bwd = profile.stage_times(slot.type.name, *spec.layers)
+            lo, hi = spec.layers
+            row.append(Stage(vw=v, index=s, n_stages=len(gpus), gpu=spec.gpu,
+                             device=world.devices[spec.gpu], layers=spec.layers, fwd_s=fwd, bwd_s=bwd,
+                             out_bytes=profile.cut_bytes(hi), in_bytes=profile.cut_bytes(lo),
+                             param_bytes=profile.stage_param_bytes(lo, hi),
+                             prev_gpu=gpus[s - 1] if s else None,
+                             next_gpu=gpus[s + 1] if s + 1 < len(gpus) else None,
+                             nm=plan.nm, asynchronous=plan.schedule in ASYNC_SCHEDULES))
+            rec.rows[spec.gpu] = (slot.node, f"{slot.id.split('/')[1]} {slot.type.display_name} "
+                                             f"[{vw.name} s{s}]")
+        out.append(row)
+    return out
+
+
+def _make_sync(world, rec, plan: Plan, cluster, profile, stages, waves: int):
+    n_vw, mode = len(plan.virtual_workers), plan.sync.mode
+    if mode == "wsp":
+        return WaveSync(world, rec, profile, ps_shards(plan, cluster, profile), n_vw,
+                        [len(s) for s in stages], plan.sync.staleness_bound,
+                        plan.sync.offset_for(plan.schedule))
+    if mode == "bsp":
+        return BulkSync(world, n_vw)
+    if mode == "sdpipe":
+        return SemiDecentralisedSync(world, n_vw, len(stages[0]), plan.sync, waves)
+    return None
+
+
+def _check_finished(stages: list[list[Stage]], schedules, plan: Plan) -> None:
+    stuck = [f"{plan.virtual_workers[st.vw].name} stage {st.index} at {schedule.stages[st.index][st.position]}"
+             for vw_stages, schedule in zip(stages, schedules) for st in vw_stages
+             if st.position < len(schedule.stages[st.index])]
+    if stuck:
+        raise SimulationError("simulation deadlocked: " + "; ".join(stuck))

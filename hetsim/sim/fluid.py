@@ -1,0 +1,187 @@
+"""Capacities shared max-min fairly by the flows crossing them (a fluid model).
+
+Links are the main use: a transfer is a flow of bytes over a route, and while n flows cross a link
+each gets at most capacity / n, so two equal transfers on one link each take twice as long as one
+alone. Rates are recomputed by progressive filling whenever a flow starts or ends, but only for the
+flows connected to it through shared capacities: max-min fairness decomposes over those components.
+The same model shares CPU cores among ranks (amount = core-seconds, each flow capped at one core).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from typing import Callable
+
+import simpy
+
+__all__ = ["FluidShare"]
+
+_REL_TOL = 1e-9
+
+
+class _Flow:
+    __slots__ = ("id", "links", "remaining", "total", "cap", "rate", "since", "done", "version")
+
+    def __init__(self, flow_id: int, links: tuple[str, ...], amount: float, cap: float,
+                 now: float, done: simpy.Event):
+        self.id, self.links, self.cap, self.done = flow_id, links, cap, done
+        self.remaining = self.total = amount
+        self.rate, self.since, self.version = 0.0, now, 0
+
+
+class FluidShare:
+    """Flows over named capacities; `carried[name]` counts the amount each capacity has moved."""
+
+    def __init__(self, env: simpy.Environment, capacity: dict[str, float],
+                 on_rates: Callable[[float, dict[str, float]], None] | None = None):
+        self.env = env
+        self.capacity = capacity
+        self.carried = {name: 0.0 for name in capacity}
+        self.on_rates = on_rates
+        self._on_link: dict[str, dict[int, _Flow]] = {name: {} for name in capacity}
+        self._flows: dict[int, _Flow] = {}
+        self._finish: list[tuple[float, int, int, _Flow]] = []   # (time, flow id, version, flow)
+        self._next_id = 0
+        self._timer_at = math.inf
+        self._dirty: list[str] = []                  # links of flows started this instant
+
+    @property
+    def active(self) -> int:
+        return len(self._flows)
+
+    def transfer(self, links: tuple[str, ...], amount: float, cap: float = math.inf) -> simpy.Event:
+        """An event that fires when `amount` has crossed every capacity in `links`."""
+        done = self.env.event()
+        if amount <= 0 or not links:
+            done.succeed()
+            return done
+        flow = _Flow(self._next_id, links, float(amount), cap, self.env.now, done)
+        self._next_id += 1
+        self._flows[flow.id] = flow
+        for name in links:
+            self._on_link[name][flow.id] = flow
+        # Flows often start in bursts at one instant (a push to every shard): rebalance once.
+        if not self._dirty:
+            self.env.timeout(0).callbacks.append(self._start_dirty)
+        self._dirty.extend(links)
+        return done
+
+    def _start_dirty(self, _event) -> None:
+        links, self._dirty = self._dirty, []
+        self._rebalance(links)
+
+    def advance(self) -> None:
+        """Bring `carried` up to now for every flow (for snapshots between events)."""
+        for flow in self._flows.values():
+            self._settle(flow)
+
+    def _settle(self, flow: _Flow) -> None:
+        moved = flow.rate * (self.env.now - flow.since)
+        if moved:
+            flow.remaining -= moved
+            for name in flow.links:
+                self.carried[name] += moved
+        flow.since = self.env.now
+
+    def _component(self, links) -> list[_Flow]:
+        """Every flow connected to `links` through shared capacities, in flow-id order."""
+        seen_links, found, todo = set(), {}, list(links)
+        while todo:
+            name = todo.pop()
+            if name in seen_links:
+                continue
+            seen_links.add(name)
+            for fid, flow in self._on_link[name].items():
+                if fid not in found:
+                    found[fid] = flow
+                    todo.extend(flow.links)
+        return [found[fid] for fid in sorted(found)]
+
+    def _rebalance(self, links) -> None:
+        flows = self._component(links)
+        for flow in flows:
+            self._settle(flow)
+        _progressive_filling(flows, self.capacity)
+        now = self.env.now
+        for flow in flows:
+            flow.version += 1
+            heapq.heappush(self._finish, (now + flow.remaining / flow.rate, flow.id, flow.version, flow))
+        if self.on_rates is not None:
+            self._report_rates(links, flows)
+        self._arm_timer()
+
+    def _report_rates(self, links, flows: list[_Flow]) -> None:
+        use = {name: 0.0 for name in links}
+        for flow in flows:
+            for name in flow.links:
+                use[name] = use.get(name, 0.0) + flow.rate
+        self.on_rates(self.env.now, use)
+
+    def _arm_timer(self) -> None:
+        while self._finish and self._finish[0][2] != self._finish[0][3].version:
+            heapq.heappop(self._finish)              # an outdated prediction
+        if not self._finish or self._finish[0][0] >= self._timer_at:
+            return
+        at = self._finish[0][0]
+        self._timer_at = at
+        self.env.timeout(max(at - self.env.now, 0.0)).callbacks.append(lambda _e: self._on_timer(at))
+
+    def _on_timer(self, at: float) -> None:
+        if at != self._timer_at:
+            return                                   # superseded by an earlier timer
+        self._timer_at = math.inf
+        finished: list[_Flow] = []
+        while self._finish and self._finish[0][0] <= self.env.now:
+            _, _, version, flow = heapq.heappop(self._finish)
+            if version == flow.version and flow.id in self._flows:
+                self._settle(flow)
+                finished.append(flow)
+        touched: list[str] = []
+        for flow in finished:
+            if flow.remaining > _REL_TOL * flow.total + 1e-9 * flow.rate:
+                flow.version += 1                    # rounding: not quite done, predict again
+                heapq.heappush(self._finish, (self.env.now + flow.remaining / flow.rate, flow.id,
+                                              flow.version, flow))
+                continue
+            del self._flows[flow.id]
+            for name in flow.links:
+                del self._on_link[name][flow.id]
+            touched.extend(flow.links)
+            flow.done.succeed()
+        if touched:
+            self._rebalance(touched)
+        else:
+            self._arm_timer()
+
+
+def _progressive_filling(flows: list[_Flow], capacity: dict[str, float]) -> None:
+    """Max-min fair rates: raise all rates together, freezing flows at their bottleneck."""
+    if len(flows) == 1:
+        f = flows[0]
+        f.rate = min(f.cap, min(capacity[name] for name in f.links))
+        return
+    left: dict[str, float] = {}
+    users: dict[str, int] = {}
+    for f in flows:
+        for name in f.links:
+            users[name] = users.get(name, 0) + 1
+            left[name] = capacity[name]
+    unfrozen = flows
+    while unfrozen:
+        level = min(min(left[name] / n for name, n in users.items() if n > 0),
+                    min(f.cap for f in unfrozen))
+        limit = level * (1 + 1e-12)
+        saturated = {name for name, n in users.items() if n > 0 and left[name] / n <= limit}
+        frozen, still = [], []
+        for f in unfrozen:
+            if f.cap <= limit or not saturated.isdisjoint(f.links):
+                frozen.append(f)
+            else:
+                still.append(f)
+        for f in frozen:
+            f.rate = level
+            for name in f.links:
+                left[name] -= level
+                users[name] -= 1
+        unfrozen = still

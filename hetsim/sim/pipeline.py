@@ -1,0 +1,137 @@
+"""A pipeline stage as a SimPy process that replays its list of schedule actions.
+
+Each action kind has a small handler; handlers that may block are generators.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hetsim.schedule.ir import Action
+from hetsim.sim.recorder import Recorder
+from hetsim.sim.world import Device, World
+
+__all__ = ["Stage", "stage_process"]
+
+
+@dataclass(eq=False)
+class Stage:
+    vw: int
+    index: int
+    n_stages: int
+    gpu: str
+    device: Device
+    layers: tuple[int, int]
+    fwd_s: float
+    bwd_s: float
+    out_bytes: int                     # activations sent downstream per minibatch
+    in_bytes: int                      # gradients sent upstream per minibatch (= input activations)
+    param_bytes: int
+    prev_gpu: str | None
+    next_gpu: str | None
+    nm: int
+    asynchronous: bool
+    applied: int = 0                   # own minibatches whose updates are in the local weights
+    version: int = 0                   # global clock of the weights last pulled (WSP)
+    position: int = field(default=0)   # index of the action being run (for deadlock reports)
+
+
+def stage_process(world: World, rec: Recorder, sync, stage: Stage, actions: tuple[Action, ...]):
+    for position, (kind, index) in enumerate(actions):
+        stage.position = position
+        step = _HANDLERS[kind](world, rec, sync, stage, index)
+        if step is not None:
+            yield from step
+    stage.position = len(actions)
+
+
+def _compute(world: World, rec: Recorder, stage: Stage, seconds: float, name: str):
+    env, device = world.env, stage.device
+    start = env.now
+    device.compute.start(start)
+    yield device.run(seconds)
+    device.compute.stop(env.now)
+    rec.span(stage.gpu, name, start, "compute")
+
+
+def _forward(world, rec, sync, stage: Stage, mb: int):
+    delay = stage.device.straggle()
+    if delay:
+        yield world.env.timeout(delay)
+    # Local staleness: own earlier minibatches whose updates this forward does not see.
+    expected = mb if stage.asynchronous else mb - mb % stage.nm
+    rec.staleness_local.append((stage.vw, stage.index, mb, expected - stage.applied))
+    yield from _compute(world, rec, stage, stage.fwd_s, f"F{mb}")
+
+
+def _backward(world, rec, sync, stage: Stage, mb: int):
+    yield from _compute(world, rec, stage, stage.bwd_s, f"B{mb}")
+    if stage.index == 0:
+        rec.minibatch_done(stage.vw)
+
+
+def _send(world: World, src: str, dst: str, nbytes: int, key: tuple) -> None:
+    world.transfer(src, dst, nbytes).callbacks.append(lambda _event: world.mailbox.put(key))
+
+
+def _send_f(world, rec, sync, stage: Stage, mb: int):
+    _send(world, stage.gpu, stage.next_gpu, stage.out_bytes, (stage.vw, stage.index + 1, "F", mb))
+
+
+def _send_b(world, rec, sync, stage: Stage, mb: int):
+    _send(world, stage.gpu, stage.prev_gpu, stage.in_bytes, (stage.vw, stage.index - 1, "B", mb))
+
+
+def _recv(world: World, rec: Recorder, stage: Stage, key: tuple):
+    arrival = world.mailbox.take(key)
+    if arrival.processed:
+        return
+    meter, start = stage.device.recv_wait, world.env.now
+    meter.start(start)
+    yield arrival
+    meter.stop(world.env.now)
+    rec.span(stage.gpu, f"wait {key[2]}{key[3]}", start, "wait")
+
+
+def _recv_f(world, rec, sync, stage: Stage, mb: int):
+    return _recv(world, rec, stage, (stage.vw, stage.index, "F", mb))
+
+
+def _recv_b(world, rec, sync, stage: Stage, mb: int):
+    return _recv(world, rec, stage, (stage.vw, stage.index, "B", mb))
+
+
+def _update(world, rec, sync, stage: Stage, mb: int):
+    stage.applied = mb + 1
+
+
+def _step(world, rec, sync, stage: Stage, wave: int):
+    stage.applied = (wave + 1) * stage.nm
+
+
+def _blocking_sync(method: str):
+    def handler(world, rec, sync, stage: Stage, wave: int):
+        return _timed_sync(world, rec, stage, getattr(sync, method)(stage, wave), f"{method} {wave}")
+    return handler
+
+
+def _timed_sync(world: World, rec: Recorder, stage: Stage, step, name: str):
+    meter, start = stage.device.sync_wait, world.env.now
+    meter.start(start)
+    yield from step
+    meter.stop(world.env.now)
+    if stage.index == 0:
+        rec.vw_sync_wait[stage.vw] += world.env.now - start
+    rec.span(stage.gpu, name, start, "sync")
+
+
+def _push(world, rec, sync, stage: Stage, wave: int):
+    sync.push(stage, wave)
+
+
+_HANDLERS = {
+    "F": _forward, "B": _backward, "SEND_F": _send_f, "SEND_B": _send_b, "RECV_F": _recv_f,
+    "RECV_B": _recv_b, "UPDATE": _update, "STEP": _step, "PUSH": _push,
+    "PULL": _blocking_sync("pull"), "ALLREDUCE": _blocking_sync("allreduce"),
+    "GROUP_SYNC": _blocking_sync("group_sync"),
+}

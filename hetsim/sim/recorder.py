@@ -1,0 +1,90 @@
+"""What a run records: the measurement window, per-device meters, staleness and the trace."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hetsim.sim.world import World
+from hetsim.trace import TraceWriter
+
+__all__ = ["Recorder", "Snapshot"]
+
+
+@dataclass
+class Snapshot:
+    t: float
+    compute: dict[str, float]
+    recv_wait: dict[str, float]
+    sync_wait: dict[str, float]
+    carried: dict[str, float]
+    vw_sync_wait: list[float]
+
+
+class Recorder:
+    """Utilisation is measured over one window for all devices: it opens when the last VW finishes
+    its warm-up minibatches and closes when the first VW finishes all of them, so every VW is running
+    throughout. Throughput is measured per VW (`vw_windows`)."""
+
+    def __init__(self, world: World, n_vw: int, n_minibatches: int, warmup_minibatches: int,
+                 trace: TraceWriter | None):
+        self.world = world
+        self.n_minibatches, self.warmup = n_minibatches, warmup_minibatches
+        self.completed = [0] * n_vw
+        self.completion_times: list[list[float]] = [[] for _ in range(n_vw)]
+        self.vw_sync_wait = [0.0] * n_vw
+        self.trace = trace
+        self.start: Snapshot | None = None
+        self.end: Snapshot | None = None
+        self._warm = 0
+        self.staleness_local: list[tuple] = []
+        self.staleness_global: list[tuple] = []
+        self.gates: list[tuple] = []               # (vw, stage, wave, wait_s, c_global at pass)
+        self._link_rates: dict[str, float] = {}
+        self.rows: dict[str, tuple[str, str]] = {}   # gpu id -> (trace process, thread)
+        if warmup_minibatches == 0:
+            self.start = self.snapshot()
+
+    def minibatch_done(self, vw: int) -> None:
+        self.completed[vw] += 1
+        self.completion_times[vw].append(self.world.env.now)
+        if self.completed[vw] == self.warmup:
+            self._warm += 1
+            if self._warm == len(self.completed):
+                self.start = self.snapshot()
+        if self.completed[vw] == self.n_minibatches and self.end is None and self.start is not None:
+            self.end = self.snapshot()
+
+    def vw_windows(self) -> list[tuple[float, float, int]]:
+        """Per VW: (start, end, minibatches) from its warm-up's last completion to its final one.
+
+        Each VW is timed over its own steady state, so periodic behaviour is measured exactly even
+        when VWs complete at different phases (BSP) or finish at different times (WSP with D > 0).
+        """
+        return [(times[self.warmup - 1] if self.warmup else 0.0, times[-1], len(times) - self.warmup)
+                for times in self.completion_times]
+
+    def snapshot(self) -> Snapshot:
+        now = self.world.env.now
+        self.world.net.advance()
+        devices = self.world.devices
+        return Snapshot(t=now,
+                        compute={g: d.compute.read(now) for g, d in devices.items()},
+                        recv_wait={g: d.recv_wait.read(now) for g, d in devices.items()},
+                        sync_wait={g: d.sync_wait.read(now) for g, d in devices.items()},
+                        carried=dict(self.world.net.carried), vw_sync_wait=list(self.vw_sync_wait))
+
+    def link_rates(self, now: float, use: dict[str, float]) -> None:
+        """Counter rows of bandwidth in use per link (trace only)."""
+        if self.trace is None:
+            return
+        for link in sorted(set(use) | set(self._link_rates)):
+            rate = use.get(link, 0.0)
+            if self._link_rates.get(link, 0.0) != rate:
+                self.trace.counter("links", link, now, {"GB/s": rate / 1e9})
+                self._link_rates[link] = rate
+        self._link_rates = {k: v for k, v in self._link_rates.items() if v}
+
+    def span(self, gpu: str, name: str, start: float, cat: str) -> None:
+        if self.trace is not None and self.world.env.now > start:
+            process, thread = self.rows[gpu]
+            self.trace.span(process, thread, name, start, self.world.env.now - start, cat=cat)

@@ -1,0 +1,151 @@
+"""Everything a simulation run shares: the clock, the links, the devices and the mailboxes.
+
+No state lives in module globals, so simulations can run side by side (as SimPy's own design).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import simpy
+
+from hetsim.cluster import Cluster, GpuSlot, host_of
+from hetsim.sim.fluid import FluidShare
+from hetsim.topology import Topology
+
+__all__ = ["CountingEnvironment", "Meter", "Device", "Mailbox", "World"]
+
+
+class CountingEnvironment(simpy.Environment):
+    """A SimPy environment that counts processed events (for benchmarks and reports)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events_processed = 0
+
+    def step(self) -> None:
+        self.events_processed += 1
+        super().step()
+
+
+class Meter:
+    """Accumulated seconds of one activity, readable while the activity is in progress."""
+
+    __slots__ = ("total", "since")
+
+    def __init__(self) -> None:
+        self.total = 0.0
+        self.since: float | None = None
+
+    def start(self, now: float) -> None:
+        self.since = now
+
+    def stop(self, now: float) -> None:
+        self.total += now - self.since
+        self.since = None
+
+    def read(self, now: float) -> float:
+        return self.total + (now - self.since if self.since is not None else 0.0)
+
+
+class Device:
+    """One GPU (or CPU rank): runs compute for profiled seconds x slowdown x seeded jitter."""
+
+    def __init__(self, world: "World", slot: GpuSlot, *, slowdown: float, jitter_cv: float,
+                 straggler_prob: float, straggler_delay_s: float, rng: np.random.Generator):
+        self.world, self.slot = world, slot
+        self.slowdown = slowdown
+        # Lognormal jitter with mean 1 and the given coefficient of variation.
+        self._sigma = math.sqrt(math.log1p(jitter_cv**2)) if jitter_cv > 0 else 0.0
+        self._straggler = (straggler_prob, straggler_delay_s)
+        self._rng = rng
+        node = world.cluster.node(slot.node)
+        self._cores = f"{slot.node}:cores" if node.shared_cores else None
+        self.compute = Meter()
+        self.recv_wait = Meter()
+        self.sync_wait = Meter()
+
+    def run(self, seconds: float) -> simpy.Event:
+        """An event that fires when `seconds` of profiled work is done on this device."""
+        work = seconds * self.slowdown
+        if self._sigma:
+            work *= math.exp(self._sigma * self._rng.standard_normal() - self._sigma**2 / 2)
+        if self._cores:
+            return self.world.cores.transfer((self._cores,), work, cap=1.0)
+        return self.world.env.timeout(work)
+
+    def straggle(self) -> float:
+        """Seconds to sleep before a step (SDPipe's straggler injection), usually 0."""
+        prob, delay = self._straggler
+        if prob > 0 and self._rng.random() < prob:
+            return delay
+        return 0.0
+
+
+class Mailbox:
+    """Point-to-point deliveries keyed by (vw, stage, kind, minibatch); either side may come first."""
+
+    def __init__(self, env: simpy.Environment):
+        self.env = env
+        self._slots: dict[tuple, simpy.Event] = {}
+
+    def _meet(self, key: tuple) -> simpy.Event:
+        """The second side to arrive takes the event the first one left."""
+        event = self._slots.pop(key, None)
+        if event is None:
+            event = self._slots[key] = self.env.event()
+        return event
+
+    def put(self, key: tuple) -> None:
+        self._meet(key).succeed()
+
+    def take(self, key: tuple) -> simpy.Event:
+        return self._meet(key)
+
+
+class World:
+    def __init__(self, cluster: Cluster):
+        self.env = CountingEnvironment()
+        self.cluster = cluster
+        self.topology = Topology(cluster)
+        self.net = FluidShare(self.env, self.topology.capacity_Bps)
+        self.cores = FluidShare(self.env, {f"{n.name}:cores": float(n.shared_cores)
+                                           for n in cluster.nodes if n.shared_cores})
+        self.mailbox = Mailbox(self.env)
+        self.devices: dict[str, Device] = {}
+        self._channel_tail: dict[tuple[str, str], simpy.Event] = {}
+
+    def transfer(self, src: str, dst: str, nbytes: float) -> simpy.Event:
+        """Move bytes between endpoints (GPU ids or node hosts): latency, then the shared links.
+
+        Transfers between one pair of endpoints go in order, one at a time (as messages on one
+        NCCL/gloo channel do); transfers of different pairs share the links they cross fairly.
+        """
+        channel = (src, dst)
+        done = self.env.event()
+        previous = self._channel_tail.get(channel)
+        self._channel_tail[channel] = done
+        if previous is None or previous.processed:
+            self._start(channel, src, dst, nbytes, done)
+        else:
+            previous.callbacks.append(lambda _e: self._start(channel, src, dst, nbytes, done))
+        return done
+
+    def _start(self, channel, src: str, dst: str, nbytes: float, done: simpy.Event) -> None:
+        route = self.topology.route(src, dst)
+
+        def finish(_event):
+            if self._channel_tail.get(channel) is done:
+                del self._channel_tail[channel]
+            done.succeed()
+
+        def flow(_event=None):
+            self.net.transfer(route.links, nbytes).callbacks.append(finish)
+        if route.latency_s:
+            self.env.timeout(route.latency_s).callbacks.append(flow)
+        else:
+            flow()
+
+    def host(self, node: str) -> str:
+        return host_of(node)

@@ -1,0 +1,66 @@
+import math
+
+import simpy
+
+from hetsim.sim.fluid import FluidShare, _Flow, _progressive_filling
+
+
+def finish_times(capacity, flows):
+    """Start (start_s, links, amount) flows; return each one's finish time."""
+    env = simpy.Environment()
+    share = FluidShare(env, capacity)
+    done = {}
+
+    def start(i, at, links, amount):
+        yield env.timeout(at)
+        yield share.transfer(links, amount)
+        done[i] = env.now
+
+    for i, (at, links, amount) in enumerate(flows):
+        env.process(start(i, at, links, amount))
+    env.run()
+    return [done[i] for i in range(len(flows))]
+
+
+def test_one_transfer_takes_bytes_over_bandwidth():
+    assert finish_times({"l": 100.0}, [(0, ("l",), 50.0)]) == [0.5]
+
+
+def test_two_concurrent_transfers_on_one_link_each_take_twice_as_long():
+    alone = finish_times({"l": 100.0}, [(0, ("l",), 50.0)])[0]
+    both = finish_times({"l": 100.0}, [(0, ("l",), 50.0), (0, ("l",), 50.0)])
+    assert both == [2 * alone, 2 * alone]
+
+
+def test_a_transfer_speeds_up_when_the_other_finishes():
+    # 0..1: both at 50/s (A moves 50 of 100, B finishes its 50); 1..1.5: A alone at 100/s.
+    assert finish_times({"l": 100.0}, [(0, ("l",), 100.0), (0, ("l",), 50.0)]) == [1.5, 1.0]
+
+
+def test_transfers_on_opposite_directions_do_not_share():
+    assert finish_times({"a:out": 100.0, "a:in": 100.0},
+                        [(0, ("a:out",), 100.0), (0, ("a:in",), 100.0)]) == [1.0, 1.0]
+
+
+def test_max_min_fair_rates_give_spare_capacity_to_unconstrained_flows():
+    flows = [_Flow(0, ("a",), 1, math.inf, 0, None), _Flow(1, ("a", "b"), 1, math.inf, 0, None)]
+    _progressive_filling(flows, {"a": 10.0, "b": 2.0})
+    assert [f.rate for f in flows] == [8.0, 2.0]
+
+
+def test_rate_cap_limits_a_flow_to_one_core():
+    flows = [_Flow(0, ("cores",), 1, 1.0, 0, None)]
+    _progressive_filling(flows, {"cores": 2.0})
+    assert flows[0].rate == 1.0
+    three = [_Flow(i, ("cores",), 1, 1.0, 0, None) for i in range(3)]
+    _progressive_filling(three, {"cores": 2.0})
+    assert [f.rate for f in three] == [2 / 3] * 3
+
+
+def test_carried_bytes_add_up_per_link():
+    env = simpy.Environment()
+    share = FluidShare(env, {"a": 10.0, "b": 10.0})
+    share.transfer(("a", "b"), 30.0)
+    share.transfer(("a",), 10.0)
+    env.run()
+    assert share.carried == {"a": 40.0, "b": 30.0}

@@ -1,0 +1,94 @@
+"""Closed forms a pipeline must reproduce before any measurement is worth comparing."""
+
+import pytest
+
+from conftest import cluster, plan, profile
+from hetsim.plan import SyncSpec
+from hetsim.sim import SimOptions, run_simulation
+
+K = 4
+
+
+def run(p, c, pl, **kw):
+    return run_simulation(c, p, pl, SimOptions(trace=False, **kw))
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", "hetpipe"])
+def test_homogeneous_pipeline_steady_throughput_is_one_over_the_slowest_stage(schedule):
+    fwd = [0.010, 0.012, 0.008, 0.011]
+    bwd = [0.020, 0.025, 0.019, 0.021]
+    c = cluster([K], intra_Bps=2e9, latency_s=1e-5)
+    p = profile(K, fwd, bwd, out_bytes=1_000_000)          # 0.5 ms per transfer: compute-bound
+    report = run(p, c, plan([[f"node0/gpu{i}" for i in range(K)]], list(range(K + 1)), nm=K,
+                            schedule=schedule), waves=30)
+    expected = 1 / max(f + b for f, b in zip(fwd, bwd))
+    assert report.throughput["minibatches_per_s"] == pytest.approx(expected, rel=0.01)
+
+
+def test_transfer_bound_pipeline_runs_at_the_link_rate():
+    c = cluster([2], intra_Bps=1e8)
+    p = profile(2, 0.001, 0.002, out_bytes=10_000_000)      # 0.1 s per activation transfer
+    report = run(p, c, plan([["node0/gpu0", "node0/gpu1"]], [0, 1, 2], nm=4, schedule="hetpipe"), waves=20)
+    assert report.throughput["minibatches_per_s"] == pytest.approx(10.0, rel=0.01)
+
+
+def test_too_few_minibatches_in_flight_obey_littles_law():
+    fwd, bwd = 0.010, 0.020
+    c = cluster([K])
+    p = profile(K, fwd, bwd)
+    for nm in (1, 2, 3):
+        report = run(p, c, plan([[f"node0/gpu{i}" for i in range(K)]], list(range(K + 1)), nm=nm,
+                                schedule="hetpipe"), waves=40)
+        roundtrip = K * (fwd + bwd)
+        expected = min(nm / roundtrip, 1 / (fwd + bwd))
+        assert report.throughput["minibatches_per_s"] == pytest.approx(expected, rel=0.01), nm
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b-flush"])
+@pytest.mark.parametrize("m", [1, 4, 8])
+def test_flush_schedules_have_the_gpipe_bubble_fraction(schedule, m):
+    fwd, bwd = 0.010, 0.020
+    c = cluster([K])
+    p = profile(K, fwd, bwd)
+    report = run(p, c, plan([[f"node0/gpu{i}" for i in range(K)]], list(range(K + 1)), nm=m,
+                            schedule=schedule), waves=12)
+    bubble = (K - 1) / (m + K - 1)
+    for gpu in report.gpus:
+        assert 1 - gpu.busy_fraction == pytest.approx(bubble, rel=1e-6)
+    assert report.throughput["minibatches_per_s"] == pytest.approx(m / ((m + K - 1) * (fwd + bwd)), rel=1e-6)
+
+
+def test_async_schedules_hold_one_weight_version_per_minibatch_in_flight():
+    p = profile(K, 0.01, 0.02, param_bytes=1000, out_bytes=10)
+    report = run(p, cluster([K]), plan([[f"node0/gpu{i}" for i in range(K)]], list(range(K + 1)), nm=K),
+                 waves=4)
+    stashed = [g.memory_breakdown["stash_bytes"] for g in report.gpus]
+    assert stashed == [1000 * (K - 1 - s) for s in range(K)]     # PipeDream: k - s versions on stage s
+    assert report.staleness["local"]["max"] == report.staleness["local_bound"] == K - 1
+
+
+def test_slowdown_makes_that_stage_the_bottleneck():
+    p = profile(2, 0.01, 0.02)
+    pl = plan([["node0/gpu0", "node0/gpu1"]], [0, 1, 2], nm=2)
+    report = run(p, cluster([2]), pl, waves=20, slowdown={"node0/gpu1": 2.0})
+    assert report.throughput["minibatches_per_s"] == pytest.approx(1 / 0.06, rel=0.01)
+
+
+def test_ranks_sharing_cores_slow_down_when_busy_ranks_exceed_cores():
+    p = profile(4, 0.01, 0.02)
+    vws = [[f"node0/gpu{i}" for i in range(4)]]
+    alone = run(p, cluster([4]), plan(vws, [0, 1, 2, 3, 4], nm=4), waves=20)
+    shared = run(p, cluster([4], shared_cores=2), plan(vws, [0, 1, 2, 3, 4], nm=4), waves=20)
+    # Four busy ranks on two cores: half speed in steady state.
+    assert shared.throughput["minibatches_per_s"] == pytest.approx(
+        alone.throughput["minibatches_per_s"] / 2, rel=0.02)
+
+
+def test_jitter_changes_results_only_through_the_seed():
+    p = profile(2, 0.01, 0.02)
+    pl = plan([["node0/gpu0", "node0/gpu1"]], [0, 1, 2], nm=2)
+    a = run(p, cluster([2]), pl, waves=10, jitter_cv=0.2, seed=1)
+    b = run(p, cluster([2]), pl, waves=10, jitter_cv=0.2, seed=1)
+    c = run(p, cluster([2]), pl, waves=10, jitter_cv=0.2, seed=2)
+    assert a.to_json() == b.to_json()
+    assert a.throughput != c.throughput

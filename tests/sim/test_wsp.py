@@ -1,0 +1,86 @@
+"""Wave Synchronous Parallel: the clock bound, staleness bound and the slowest-VW pace."""
+
+import pytest
+
+from conftest import cluster, plan, profile
+from hetsim.plan import SyncSpec
+from hetsim.sim import SimOptions, run_simulation
+
+K = 2
+
+
+def three_vws(D: int, schedule: str = "hetpipe", **sync):
+    c = cluster([K, K, K], intra_Bps=1e10, net_Bps=1e9, latency_s=1e-5)
+    p = profile(K, 0.010, 0.020, out_bytes=100_000, param_bytes=2_000_000)
+    vws = [[f"node{n}/gpu{i}" for i in range(K)] for n in range(3)]
+    return c, p, plan(vws, [0, 1, 2], nm=3, schedule=schedule,
+                      sync=SyncSpec(mode="wsp", staleness_bound=D, **sync))
+
+
+def run(c, p, pl, **kw):
+    kw.setdefault("waves", 30)
+    return run_simulation(c, p, pl, SimOptions(trace=False, **kw))
+
+
+@pytest.mark.parametrize("D", [0, 1, 3])
+def test_no_virtual_worker_runs_more_than_D_clocks_ahead_of_the_slowest(D):
+    c, p, pl = three_vws(D)
+    report = run(c, p, pl, slowdown={"node2/gpu0": 1.7, "node1/gpu1": 1.3}, jitter_cv=0.3, seed=4)
+    assert report.sync["max_clock_gap"] <= D
+    assert report.sync["final_clocks"] == [30, 30, 30]
+
+
+@pytest.mark.parametrize("D", [0, 2])
+def test_every_update_global_staleness_is_within_the_bound(D):
+    c, p, pl = three_vws(D)
+    report = run(c, p, pl, slowdown={"node2/gpu0": 2.0}, jitter_cv=0.5, seed=7)
+    staleness = [row[4] for row in report.staleness_global]
+    assert len(staleness) == 3 * K * 30                       # one update per stage per wave per VW
+    assert max(staleness) <= D + 1 == report.staleness["global_bound"]
+    assert min(staleness) >= 0
+
+
+def test_a_larger_bound_lets_fast_workers_get_further_ahead():
+    gaps = []
+    for D in (0, 4):
+        c, p, pl = three_vws(D)
+        report = run(c, p, pl, slowdown={"node2/gpu0": 1.5}, jitter_cv=0.4, seed=3)
+        gaps.append(report.staleness["global"]["max"])
+    assert gaps[1] > gaps[0]
+
+
+def test_persistently_unequal_workers_all_run_at_the_slowest_pace():
+    c, p, pl = three_vws(2)
+    report = run(c, p, pl, slowdown={"node0/gpu0": 1.5, "node0/gpu1": 1.5}, waves=300)
+    rates = [v.minibatches_per_s for v in report.virtual_workers]
+    # A fast VW's only gain is its final lead of at most D + pull_offset waves (1% of 300).
+    assert max(rates) == pytest.approx(min(rates), rel=0.015)
+    assert report.sync["bound_wait_s"]["vw1"] > 0               # the fast ones waited on D
+
+
+def test_D0_with_one_virtual_worker_is_synchronous_training():
+    # One stage, a flush schedule, pull_offset 0: every wave starts from weights holding all
+    # previous waves, and the wave period is compute + push + pull, nothing else.
+    params, bandwidth, m = 4_000_000, 1e9, 3
+    c = cluster([1], intra_Bps=bandwidth)
+    p = profile(1, 0.010, 0.020, param_bytes=params)
+    pl = plan([["node0/gpu0"]], [0, 1], nm=m, schedule="1f1b-flush",
+              sync=SyncSpec(mode="wsp", staleness_bound=0, pull_offset=0))
+    report = run(c, p, pl, waves=10)
+    assert report.staleness["global"]["max"] == 0
+    assert report.staleness["local"]["max"] == 0
+    period = m * 0.030 + 2 * params / bandwidth
+    assert report.throughput["minibatches_per_s"] == pytest.approx(m / period, rel=1e-6)
+
+
+def test_local_placement_keeps_sync_traffic_inside_nodes():
+    # ED-like: every VW has its stage s on node s, and the PS shard of stage s lives on node s.
+    c = cluster([3, 3], intra_Bps=1e10, net_Bps=1e9)
+    p = profile(2, 0.01, 0.02, param_bytes=2_000_000)
+    vws = [[f"node0/gpu{v}", f"node1/gpu{v}"] for v in range(3)]
+    local = plan(vws, [0, 1, 2], nm=2, sync=SyncSpec(mode="wsp", ps_placement="local"))
+    spread = plan(vws, [0, 1, 2], nm=2, sync=SyncSpec(mode="wsp", ps_placement="default"))
+    nic = lambda r: sum(l.bytes for l in r.links if ":nic:" in l.id)
+    r_local, r_spread = run(c, p, local), run(c, p, spread)
+    assert nic(r_spread) > 0
+    assert nic(r_local) < 0.5 * nic(r_spread)       # only activations cross nodes now

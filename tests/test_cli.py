@@ -1,0 +1,93 @@
+"""The command line: the built-in example runs, and bad input is one line and a non-zero exit."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from hetsim.cli import main
+
+CLUSTER = """
+name: tiny
+network: {kind: ethernet, bandwidth_gbit_s: 10}
+nodes:
+  - name: node0
+    gpus: [{type: rtx-2060, count: 2}]
+    intra_link: {kind: pcie, gen: 3, lanes: 16}
+"""
+PLAN = {"name": "p", "minibatch_size": 32, "nm": 2, "schedule": "hetpipe", "sync": {"mode": "none"},
+        "virtual_workers": [{"name": "vw0", "stages": [{"gpu": "node0/gpu0", "layers": [0, 20]},
+                                                       {"gpu": "node0/gpu1", "layers": [20, 44]}]}]}
+
+
+def run_cli(capsys, *args):
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_no_arguments_simulates_the_builtin_example(capsys):
+    code, out, err = run_cli(capsys)
+    assert code == 0 and err == ""
+    assert "throughput:" in out and "hetpipe_vgg19_ed" in out and "node3/gpu3" in out
+
+
+def test_out_writes_report_tables_trace_and_figures(capsys, tmp_path):
+    code, out, _ = run_cli(capsys, "simulate", "--waves", "4", "--out", str(tmp_path))
+    assert code == 0
+    names = {p.name for p in tmp_path.iterdir()}
+    assert {"report.json", "gpus.csv", "links.csv", "staleness_global.csv", "trace.json",
+            "timeline.png", "utilisation.png"} <= names
+    trace = json.loads((tmp_path / "trace.json").read_text())
+    rows = {e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "thread_name"}
+    assert len(rows) == 16
+
+
+def test_json_output_is_the_report(capsys):
+    code, out, _ = run_cli(capsys, "simulate", "--waves", "4", "--json")
+    assert code == 0 and json.loads(out)["kind"] == "prediction"
+
+
+def write_inputs(tmp_path, cluster=CLUSTER, plan=PLAN):
+    (tmp_path / "c.yaml").write_text(cluster)
+    (tmp_path / "p.json").write_text(json.dumps(plan))
+    return ["simulate", "--cluster", str(tmp_path / "c.yaml"), "--plan", str(tmp_path / "p.json")]
+
+
+def with_stage(gpu=None, nm=None):
+    doc = json.loads(json.dumps(PLAN))
+    if gpu:
+        doc["virtual_workers"][0]["stages"][1]["gpu"] = gpu
+    if nm:
+        doc["nm"] = nm
+    return doc
+
+
+@pytest.mark.parametrize("cluster,plan,message", [
+    (CLUSTER.replace("network: {kind: ethernet, bandwidth_gbit_s: 10}\n", ""), PLAN,
+     "c.yaml: network: missing"),
+    (CLUSTER.replace("bandwidth_gbit_s: 10", "bandwidth_gbit_s: -1"), PLAN,
+     "c.yaml: network.bandwidth_gbit_s: must be > 0, got -1"),
+    (CLUSTER.replace("rtx-2060", "rtx-9090"), PLAN, "c.yaml: nodes[0].gpus[0].type: unknown GPU type 'rtx-9090'"),
+    (CLUSTER, with_stage(gpu="node1/gpu0"), "cluster tiny: no GPU 'node1/gpu0'"),
+    (CLUSTER, with_stage(nm=8), "plan: stage 0 of vw0 on node0/gpu0 (NVIDIA GeForce RTX 2060, 6.0 GiB) needs"),
+])
+def test_bad_input_is_one_line_and_a_nonzero_exit(capsys, tmp_path, cluster, plan, message):
+    code, out, err = run_cli(capsys, *write_inputs(tmp_path, cluster, plan))
+    assert code == 2 and out == ""
+    assert err.startswith(f"hetsim: error: {message}")
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_bad_input_in_a_real_process_prints_no_traceback(tmp_path):
+    args = write_inputs(tmp_path, CLUSTER.replace("rtx-2060", "rtx-9090"))
+    proc = subprocess.run([sys.executable, "-m", "hetsim", *args], capture_output=True, text=True)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
+
+
+def test_bad_option_values_are_reported(capsys):
+    code, _, err = run_cli(capsys, "simulate", "--slowdown", "node0/gpu0=fast")
+    assert code == 2 and "--slowdown 'node0/gpu0=fast'" in err
+    code, _, err = run_cli(capsys, "simulate", "--waves", "2", "--warmup-waves", "2")
+    assert code == 2 and "warmup_waves" in err

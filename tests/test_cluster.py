@@ -1,0 +1,83 @@
+import pytest
+
+from hetsim.cluster import load_cluster
+from hetsim.errors import PlanError, SpecError
+from hetsim.gpu import load_gpu_types
+from hetsim.topology import Topology
+
+GOOD = """
+name: tiny
+network: {kind: ethernet, bandwidth_gbit_s: 10, latency_us: 20}
+nodes:
+  - name: a
+    gpus: [{type: titan-v, count: 2}]
+    intra_link: {kind: pcie, gen: 3, lanes: 16}
+  - name: b
+    gpus: [{type: rtx-2060}]
+    intra_link: {kind: nvlink, bandwidth_GBps: 25}
+"""
+
+
+def write(tmp_path, text, name="cluster.yaml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_shipped_gpu_types_cite_sources_and_cover_the_hetpipe_cluster():
+    types = load_gpu_types()
+    for name in ["titan-v", "titan-rtx", "rtx-2060", "quadro-p4000", "p100", "v100", "t4",
+                 "rtx-3090", "a100", "h100"]:
+        assert types[name].sources
+    assert types["titan-v"].peak_fp32_flops == 14.9e12
+    assert types["rtx-2060"].memory_gib == 6
+
+
+def test_hetpipe_cluster_has_four_nodes_of_four_gpus():
+    c = load_cluster("hetpipe_4node")
+    assert [n.gpus[0].type.name for n in c.nodes] == ["titan-v", "titan-rtx", "rtx-2060", "quadro-p4000"]
+    assert len(c.gpus) == 16 and c.network.bandwidth_Bps == 56e9 / 8
+    assert c.nodes[0].intra_link.bandwidth_Bps == pytest.approx(15.76e9)
+
+
+def test_units_are_converted_once_at_load(tmp_path):
+    c = load_cluster(write(tmp_path, GOOD))
+    assert c.network.bandwidth_Bps == 1.25e9 and c.network.latency_s == pytest.approx(20e-6)
+    assert c.node("b").intra_link.bandwidth_Bps == 25e9
+    assert [g.id for g in c.gpus] == ["a/gpu0", "a/gpu1", "b/gpu0"]
+
+
+@pytest.mark.parametrize("edit,message", [
+    (("network: {kind: ethernet, bandwidth_gbit_s: 10, latency_us: 20}\n", ""), "cluster.yaml: network: missing"),
+    (("bandwidth_gbit_s: 10", "bandwidth_gbit_s: -10"), "cluster.yaml: network.bandwidth_gbit_s: must be > 0, got -10"),
+    (("type: rtx-2060", "type: rtx-2070"), "cluster.yaml: nodes[1].gpus[0].type: unknown GPU type 'rtx-2070'; did you mean 'rtx-2060'?"),
+    (("gen: 3", "gen: 9"), "cluster.yaml: nodes[0].intra_link.gen: PCIe generation 9 unknown (1-6)"),
+    (("count: 2", "count: two"), "cluster.yaml: nodes[0].gpus[0].count: expected a number, got text 'two'"),
+    (("lanes: 16", "lanes: 16, speed: 3"), "cluster.yaml: nodes[0].intra_link.speed: unknown field"),
+])
+def test_bad_cluster_files_name_the_file_and_field(tmp_path, edit, message):
+    old, new = edit
+    with pytest.raises(SpecError) as err:
+        load_cluster(write(tmp_path, GOOD.replace(old, new)))
+    assert str(err.value).startswith(message)
+    assert "\n" not in str(err.value)
+
+
+def test_invalid_yaml_names_the_line(tmp_path):
+    with pytest.raises(SpecError, match=r"cluster.yaml: line \d+"):
+        load_cluster(write(tmp_path, "name: [unclosed\n"))
+
+
+def test_unknown_gpu_id_suggests_the_nearest(tmp_path):
+    c = load_cluster(write(tmp_path, GOOD))
+    with pytest.raises(PlanError, match="did you mean 'a/gpu1'"):
+        c.gpu("a/gpu11")
+
+
+def test_routes_cross_the_links_a_transfer_really_uses(tmp_path):
+    t = Topology(load_cluster(write(tmp_path, GOOD)))
+    assert t.route("a/gpu0", "a/gpu1").links == ("a/gpu0:out", "a/gpu1:in")
+    assert t.route("a/gpu0", "b/gpu0").links == ("a/gpu0:out", "a:nic:out", "b:nic:in", "b/gpu0:in")
+    assert t.route("a/host", "b/gpu0").links == ("a:nic:out", "b:nic:in", "b/gpu0:in")
+    assert t.route("a/gpu0", "b/gpu0").latency_s == pytest.approx(20e-6)
+    assert t.bottleneck_Bps("a/gpu0", "b/gpu0") == 1.25e9

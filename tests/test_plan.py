@@ -1,0 +1,72 @@
+import json
+
+import pytest
+
+from conftest import cluster, gpu_type, plan, profile
+from hetsim.errors import PlanError, SpecError
+from hetsim.feasibility import check_plan
+from hetsim.plan import SyncSpec, load_plan, plan_from_dict, save_plan
+
+
+def test_shipped_plan_round_trips_through_json(tmp_path):
+    p = load_plan("hetpipe_vgg19_ed")
+    save_plan(p, tmp_path / "p.json")
+    assert load_plan(tmp_path / "p.json") == p
+    assert json.loads(p.to_json())["virtual_workers"][0]["stages"][0]["layers"] == [0, 14]
+
+
+@pytest.mark.parametrize("edit,message", [
+    ({"schedule": "zigzag"}, "plan.json: schedule: 'zigzag' is not one of"),
+    ({"nm": 0}, "plan.json: nm: must be > 0"),
+    ({"sync": {"mode": "wsp", "staleness": 1}}, "plan.json: sync.staleness: unknown field"),
+    ({"virtual_workers": [{"name": "a", "stages": [{"gpu": "node0/gpu0", "layers": [3, 1]}]}]},
+     r"plan.json: virtual_workers\[0\].stages\[0\].layers: \[3, 1\] must satisfy"),
+])
+def test_malformed_plans_name_the_field(edit, message):
+    doc = json.loads(load_plan("hetpipe_vgg19_ed").to_json())
+    with pytest.raises(SpecError, match=message):
+        plan_from_dict({**doc, **edit}, "plan.json")
+
+
+def test_plan_naming_a_missing_gpu_is_rejected():
+    with pytest.raises(PlanError, match="no GPU 'node0/gpu9'"):
+        check_plan(plan([["node0/gpu0", "node0/gpu9"]], [0, 1, 2], nm=1), cluster([2]), profile(2, 1, 1))
+
+
+def test_stages_must_tile_the_layers():
+    doc = json.loads(plan([["node0/gpu0", "node0/gpu1"]], [0, 1, 3], nm=1).to_json())
+    doc["virtual_workers"][0]["stages"][1]["layers"] = [2, 3]
+    with pytest.raises(PlanError, match=r"vw0 stage 1: layers \[2, 3\) must start at 1"):
+        check_plan(plan_from_dict(doc), cluster([2]), profile(3, 1, 1))
+
+
+def test_a_gpu_used_twice_is_rejected():
+    with pytest.raises(PlanError, match="already used by vw0 stage 0"):
+        check_plan(plan([["node0/gpu0", "node0/gpu0"]], [0, 1, 2], nm=1), cluster([1]), profile(2, 1, 1))
+
+
+def test_memory_overflow_names_stage_gpu_and_bytes():
+    gib = 1024**3
+    p = profile(2, 0.1, 0.1, param_bytes=gib, out_bytes=gib // 2)
+    # Stage 0 keeps 2 minibatches in flight: weights 1 + gradients 1 + optimizer 1 + 1 stashed
+    # version 1 + activations 2 x (0.5 input + 0.5 output) = 6 GiB, on a 4 GiB GPU.
+    small = cluster([2], types=[gpu_type(memory_gib=4)])
+    with pytest.raises(PlanError) as err:
+        check_plan(plan([["node0/gpu0", "node0/gpu1"]], [0, 1, 2], nm=2), small, p)
+    text = str(err.value)
+    assert text.startswith("plan: stage 0 of vw0 on node0/gpu0 (test-gpu, 4.0 GiB) needs 6.00 GiB")
+    assert "1 stashed versions 1.00" in text and text.endswith("lower Nm or add a stage")
+    assert "\n" not in text
+    check_plan(plan([["node0/gpu0", "node0/gpu1"]], [0, 1, 2], nm=2), cluster([2]), p)   # fits 16 GiB
+
+
+def test_bsp_needs_a_flush_schedule_and_equal_partitions():
+    c, p = cluster([4]), profile(2, 1, 1)
+    with pytest.raises(PlanError, match="needs a flush schedule"):
+        check_plan(plan([["node0/gpu0"], ["node0/gpu1"]], [0, 2], nm=1, sync=SyncSpec(mode="bsp")), c, p)
+
+
+def test_async_wsp_with_no_slack_is_rejected_before_it_deadlocks():
+    with pytest.raises(PlanError, match="pull_offset >= 1"):
+        check_plan(plan([["node0/gpu0", "node0/gpu1"]], [0, 1, 2], nm=2, schedule="hetpipe",
+                        sync=SyncSpec(mode="wsp", pull_offset=0)), cluster([2]), profile(2, 1, 1))

@@ -1,0 +1,83 @@
+import pytest
+
+from conftest import PIPEDREAM_PROFILES, needs_pipedream_profiles, profile
+from hetsim.errors import PlanError, SpecError
+from hetsim.pipedream_graph import parse_graph, read_graph, write_graph
+from hetsim.profile import ModelProfile, load_profile, profile_from_dict, save_profile
+
+
+def test_builtin_vgg19_profile_matches_published_counts():
+    p = load_profile("vgg19_b32_analytic")
+    assert p.param_bytes == 143_667_240 * 4                       # torchvision's VGG-19: 143.67 M
+    gflops = sum(l.flops_fwd for l in p.layers) / p.batch_size / 1e9
+    assert gflops == pytest.approx(2 * 19.63, rel=0.01)           # 19.6 G multiply-adds per image
+    assert "not measured" in p.source
+
+
+def test_derived_times_order_gpus_as_their_datasheets():
+    p = load_profile("vgg19_b32_analytic")
+    total = {t: sum(p.stage_times(t, 0, p.n_layers)) for t in p.gpu_types}
+    assert total["h100"] < total["a100"] < total["titan-rtx"] < total["titan-v"] < total["rtx-2060"] \
+        < total["quadro-p4000"]
+
+
+@pytest.mark.parametrize("suffix", [".yaml", ".json"])
+def test_profile_round_trips_through_its_own_format(tmp_path, suffix):
+    p = load_profile("vgg19_b32_analytic")
+    save_profile(p, tmp_path / f"p{suffix}")
+    assert load_profile(tmp_path / f"p{suffix}") == p
+
+
+def test_profile_round_trips_through_pipedream_graph_txt(tmp_path):
+    p = load_profile("vgg19_b32_analytic")
+    only = ModelProfile(**{**p.__dict__, "layers": tuple(
+        type(l)(**{**l.__dict__, "fwd_s": {"titan-v": l.fwd_s["titan-v"]},
+                   "bwd_s": {"titan-v": l.bwd_s["titan-v"]}, "flops_fwd": None}) for l in p.layers)})
+    write_graph(only, tmp_path / "graph.txt", gpu_type="titan-v")
+    back = read_graph(tmp_path / "graph.txt", gpu_type="titan-v", batch_size=p.batch_size)
+    assert [(l.param_bytes, l.output_bytes, l.fwd_s, l.bwd_s, l.kind) for l in back.layers] == \
+        [(l.param_bytes, l.output_bytes, l.fwd_s, l.bwd_s, l.kind) for l in only.layers]
+    assert back.edges == only.edges
+
+
+@needs_pipedream_profiles()
+def test_pipedream_published_profiles_load_with_their_dags():
+    vgg = read_graph(PIPEDREAM_PROFILES / "vgg16.txt", batch_size=128)
+    assert vgg.param_bytes == pytest.approx(138.36e6 * 4, rel=1e-3)
+    resnet = read_graph(PIPEDREAM_PROFILES / "resnet50.txt")
+    assert len(resnet.edges) > resnet.n_layers - 1               # branches kept
+    assert all(src < dst for src, dst in resnet.edges)             # topological order
+    text = (PIPEDREAM_PROFILES / "resnet50.txt").read_text()
+    assert parse_graph(text, source_name="r50").layers == resnet.layers
+
+
+def test_cut_bytes_count_every_output_crossing_a_branching_cut():
+    p = profile(4, 0.1, 0.1, out_bytes=10)
+    branchy = ModelProfile(**{**p.__dict__, "edges": ((0, 1), (0, 3), (1, 2), (2, 3))})
+    assert branchy.cut_bytes(2) == 20          # outputs of layer 1 and the skip from layer 0
+    assert p.cut_bytes(2) == 10 and p.cut_bytes(0) == p.input_bytes and p.cut_bytes(4) == 0
+
+
+def test_scaling_to_another_batch_is_linear_and_says_so():
+    p = profile(2, 0.1, 0.2, out_bytes=100, batch=32).scaled_to_batch(64)
+    assert p.stage_times("test-gpu", 0, 2) == pytest.approx((0.4, 0.8))
+    assert p.layers[0].output_bytes == 200 and "scaled linearly" in p.source
+
+
+def test_missing_gpu_type_tells_how_to_derive_it():
+    with pytest.raises(PlanError, match="hetsim profile --derive-for a100"):
+        profile(2, 0.1, 0.1).stage_times("a100", 0, 1)
+
+
+@pytest.mark.parametrize("edit,message", [
+    ({"edges": [[1, 0]]}, "p.yaml: edges[0]: [1, 0] must satisfy"),
+    ({"batch_size": 0}, "p.yaml: batch_size: must be > 0"),
+    ({"layers": [{"name": "x", "param_bytes": 1, "output_bytes": 1, "fwd_s": {"g": -1}, "bwd_s": {"g": 1}}]},
+     "p.yaml: layers[0].fwd_s.g: must be >= 0"),
+])
+def test_bad_profiles_name_the_field(edit, message):
+    doc = {"model": "m", "batch_size": 1, "input_bytes": 0,
+           "layers": [{"name": f"l{i}", "param_bytes": 1, "output_bytes": 1, "fwd_s": {"g": 1},
+                       "bwd_s": {"g": 1}} for i in range(2)]}
+    with pytest.raises(SpecError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        profile_from_dict({**doc, **edit}, "p.yaml")
