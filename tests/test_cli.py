@@ -33,6 +33,11 @@ def test_no_arguments_simulates_the_builtin_example(capsys):
     assert "throughput:" in out and "hetpipe_vgg19_ed" in out and "node3/gpu3" in out
 
 
+def test_options_without_a_subcommand_mean_simulate(capsys):
+    code, out, _ = run_cli(capsys, "--waves", "4", "--seed", "2")
+    assert code == 0 and "throughput:" in out
+
+
 def test_out_writes_report_tables_trace_and_figures(capsys, tmp_path):
     code, out, _ = run_cli(capsys, "simulate", "--waves", "4", "--out", str(tmp_path))
     assert code == 0

@@ -33,11 +33,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser()
-    args = parser.parse_args(argv or ["simulate"])
-    if args.command is None:
-        args = parser.parse_args(["simulate", *argv])
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or argv[0] not in (*SUBCOMMANDS, "-h", "--help", "--version"):
+        argv = ["simulate", *argv]           # `hetsim [options]` simulates
+    args = build_parser().parse_args(argv)
     try:
         return importlib.import_module(f"hetsim.cli.{args.command}").run(args)
     except HetsimError as exc:
