@@ -100,13 +100,14 @@ class FluidShare:
 
     def _rebalance(self, links) -> None:
         flows = self._component(links)
-        for flow in flows:
-            self._settle(flow)
-        _progressive_filling(flows, self.capacity)
         now = self.env.now
-        for flow in flows:
-            flow.version += 1
-            heapq.heappush(self._finish, (now + flow.remaining / flow.rate, flow.id, flow.version, flow))
+        # Only flows whose share changed need their progress settled and their finish re-predicted.
+        for flow, rate in zip(flows, _max_min_rates(flows, self.capacity)):
+            if rate != flow.rate:
+                self._settle(flow)
+                flow.rate = rate
+                flow.version += 1
+                heapq.heappush(self._finish, (now + flow.remaining / rate, flow.id, flow.version, flow))
         if self.on_rates is not None:
             self._report_rates(links, flows)
         self._arm_timer()
@@ -155,33 +156,34 @@ class FluidShare:
             self._arm_timer()
 
 
-def _progressive_filling(flows: list[_Flow], capacity: dict[str, float]) -> None:
-    """Max-min fair rates: raise all rates together, freezing flows at their bottleneck."""
+def _max_min_rates(flows: list[_Flow], capacity: dict[str, float]) -> list[float]:
+    """Max-min fair rates by progressive filling: raise all rates together, freezing each flow at its
+    bottleneck (a saturated capacity, or its own cap)."""
     if len(flows) == 1:
         f = flows[0]
-        f.rate = min(f.cap, min(capacity[name] for name in f.links))
-        return
+        return [min(f.cap, min(capacity[name] for name in f.links))]
     left: dict[str, float] = {}
     users: dict[str, int] = {}
     for f in flows:
         for name in f.links:
             users[name] = users.get(name, 0) + 1
             left[name] = capacity[name]
-    unfrozen = flows
+    rates = [0.0] * len(flows)
+    unfrozen = list(range(len(flows)))
     while unfrozen:
         level = min(min(left[name] / n for name, n in users.items() if n > 0),
-                    min(f.cap for f in unfrozen))
+                    min(flows[i].cap for i in unfrozen))
         limit = level * (1 + 1e-12)
         saturated = {name for name, n in users.items() if n > 0 and left[name] / n <= limit}
-        frozen, still = [], []
-        for f in unfrozen:
+        still = []
+        for i in unfrozen:
+            f = flows[i]
             if f.cap <= limit or not saturated.isdisjoint(f.links):
-                frozen.append(f)
+                rates[i] = level
+                for name in f.links:
+                    left[name] -= level
+                    users[name] -= 1
             else:
-                still.append(f)
-        for f in frozen:
-            f.rate = level
-            for name in f.links:
-                left[name] -= level
-                users[name] -= 1
+                still.append(i)
         unfrozen = still
+    return rates
