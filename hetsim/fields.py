@@ -103,8 +103,9 @@ class Fields:
         value = self.raw(key, default)
         if value is default and default is not _MISSING:
             return value
-        return Fields(value, self.source, self.where(key)) if isinstance(value, dict) else \
-            _raise(self.error(key, f"expected a mapping, got {_kind(value)}"))
+        if not isinstance(value, dict):
+            raise self.error(key, f"expected a mapping, got {_kind(value)}")
+        return Fields(value, self.source, self.where(key))
 
     def list(self, key: str, default: Any = _MISSING) -> list:
         value = self.raw(key, default)
@@ -133,10 +134,6 @@ class Fields:
         for key in self.data:
             if key not in allowed:
                 raise self.error(str(key), f"unknown field (expected one of: {', '.join(sorted(allowed))})")
-
-
-def _raise(exc: Exception):
-    raise exc
 
 
 def _kind(value: Any) -> str:
