@@ -13,6 +13,7 @@ import heapq
 import math
 from typing import Callable
 
+import numpy as np
 import simpy
 
 __all__ = ["FluidShare"]
@@ -21,11 +22,12 @@ _REL_TOL = 1e-9
 
 
 class _Flow:
-    __slots__ = ("id", "links", "remaining", "total", "cap", "rate", "since", "done", "version")
+    __slots__ = ("id", "links", "columns", "remaining", "total", "cap", "rate", "since", "done", "version")
 
     def __init__(self, flow_id: int, links: tuple[str, ...], amount: float, cap: float,
-                 now: float, done: simpy.Event):
+                 now: float, done: simpy.Event, columns=None):
         self.id, self.links, self.cap, self.done = flow_id, links, cap, done
+        self.columns = columns                  # link indices into FluidShare's capacity vector
         self.remaining = self.total = amount
         self.rate, self.since, self.version = 0.0, now, 0
 
@@ -45,6 +47,9 @@ class FluidShare:
         self._next_id = 0
         self._timer_at = math.inf
         self._dirty: list[str] = []                  # links of flows started this instant
+        self._column = {name: i for i, name in enumerate(capacity)}
+        self._capacity_vector = np.array(list(capacity.values()), dtype=float)
+        self._columns: dict[tuple[str, ...], np.ndarray] = {}
 
     @property
     def active(self) -> int:
@@ -56,7 +61,10 @@ class FluidShare:
         if amount <= 0 or not links:
             done.succeed()
             return done
-        flow = _Flow(self._next_id, links, float(amount), cap, self.env.now, done)
+        columns = self._columns.get(links)
+        if columns is None:
+            columns = self._columns[links] = np.array([self._column[name] for name in links])
+        flow = _Flow(self._next_id, links, float(amount), cap, self.env.now, done, columns)
         self._next_id += 1
         self._flows[flow.id] = flow
         for name in links:
@@ -99,10 +107,17 @@ class FluidShare:
         return [found[fid] for fid in sorted(found)]
 
     def _rebalance(self, links) -> None:
-        flows = self._component(links)
+        if len(self._flows) >= _VECTOR_FROM:
+            # Many flows (e.g. every VW pushing to the same parameter servers) are nearly always one
+            # component: solve all at once, vectorised, instead of searching for it first.
+            flows = list(self._flows.values())
+            rates = _max_min_rates_numpy(flows, self._capacity_vector)
+        else:
+            flows = self._component(links)
+            rates = _max_min_rates(flows, self.capacity)
         now = self.env.now
         # Only flows whose share changed need their progress settled and their finish re-predicted.
-        for flow, rate in zip(flows, _max_min_rates(flows, self.capacity)):
+        for flow, rate in zip(flows, rates):
             if rate != flow.rate:
                 self._settle(flow)
                 flow.rate = rate
@@ -156,6 +171,9 @@ class FluidShare:
             self._arm_timer()
 
 
+_VECTOR_FROM = 128        # active flows from which one vectorised solve beats per-component ones
+
+
 def _max_min_rates(flows: list[_Flow], capacity: dict[str, float]) -> list[float]:
     """Max-min fair rates by progressive filling: raise all rates together, freezing each flow at its
     bottleneck (a saturated capacity, or its own cap)."""
@@ -187,3 +205,29 @@ def _max_min_rates(flows: list[_Flow], capacity: dict[str, float]) -> list[float
                 still.append(i)
         unfrozen = still
     return rates
+
+
+def _max_min_rates_numpy(flows: list[_Flow], capacity: np.ndarray) -> list[float]:
+    """The same progressive filling over a flow x link incidence list; `capacity` is indexed by the
+    flows' `columns`."""
+    cols = np.concatenate([f.columns for f in flows])
+    rows = np.repeat(np.arange(len(flows)), [len(f.columns) for f in flows])
+    left = capacity.copy()
+    users = np.bincount(cols, minlength=len(capacity)).astype(float)
+    caps = np.fromiter((f.cap for f in flows), dtype=float, count=len(flows))
+    rates = np.zeros(len(flows))
+    active = np.ones(len(flows), dtype=bool)
+    while active.any():
+        with np.errstate(divide="ignore", invalid="ignore"):
+            share = np.where(users > 0, left / users, np.inf)
+        level = min(share.min(), caps[active].min())
+        limit = level * (1 + 1e-12)
+        hits = np.zeros(len(flows), dtype=bool)
+        hits[rows[share[cols] <= limit]] = True
+        freeze = active & (hits | (caps <= limit))
+        rates[freeze] = level
+        counts = np.bincount(cols[freeze[rows]], minlength=len(capacity))
+        left -= counts * level
+        users -= counts
+        active &= ~freeze
+    return rates.tolist()

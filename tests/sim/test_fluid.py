@@ -1,5 +1,6 @@
 import math
 
+import pytest
 import simpy
 
 from hetsim.sim.fluid import FluidShare, _Flow, _max_min_rates
@@ -60,3 +61,29 @@ def test_carried_bytes_add_up_per_link():
     share.transfer(("a",), 10.0)
     env.run()
     assert share.carried == {"a": 40.0, "b": 30.0}
+
+
+def test_the_vectorised_filling_gives_the_same_rates():
+    import random
+
+    import numpy as np
+
+    from hetsim.sim.fluid import _max_min_rates_numpy
+    rng = random.Random(5)
+    names = [f"l{i}" for i in range(40)]
+    capacity = {name: rng.choice([1.0, 2.0, 5.0, 10.0]) for name in names}
+    flows = []
+    for i in range(300):
+        links = tuple(rng.sample(names, rng.randint(1, 4)))
+        flows.append(_Flow(i, links, 1, rng.choice([math.inf, 0.05, 0.2]), 0, None,
+                           np.array([names.index(n) for n in links])))
+    vectorised = _max_min_rates_numpy(flows, np.array([capacity[n] for n in names]))
+    assert vectorised == pytest.approx(_max_min_rates(flows, capacity), rel=1e-9)
+    assert all(r > 0 for r in vectorised)
+
+
+def test_many_concurrent_transfers_finish_as_fair_sharing_predicts():
+    # 200 equal transfers into one link (above the vectorised threshold) all end at 200 x alone.
+    times = finish_times({"nic": 100.0, **{f"g{i}": 1000.0 for i in range(200)}},
+                         [(0, (f"g{i}", "nic"), 10.0) for i in range(200)])
+    assert times == pytest.approx([200 * 0.1] * 200, rel=1e-9)
