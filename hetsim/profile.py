@@ -195,12 +195,14 @@ def _layer(f: Fields) -> LayerProfile:
                         flops_fwd=f.number("flops_fwd", None, nonnegative=True))
 
 
-def load_profile(path: str | Path) -> ModelProfile:
-    """Load hetsim's YAML/JSON profile, or PipeDream's graph.txt (times then for GPU type "reference")."""
+def load_profile(path: str | Path, *, graph_gpu_type: str = "reference",
+                 graph_batch_size: int | None = None) -> ModelProfile:
+    """Load hetsim's YAML/JSON profile, or PipeDream's graph.txt, whose times then belong to
+    `graph_gpu_type` and whose sizes to `graph_batch_size` (the file states neither)."""
     path = resolve("profile", path)
     if path.suffix == ".txt":
         from hetsim.pipedream_graph import read_graph
-        return read_graph(path)
+        return read_graph(path, gpu_type=graph_gpu_type, batch_size=graph_batch_size)
     f = Fields.load(path)
     return profile_from_dict(f.data, path.name)
 

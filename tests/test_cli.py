@@ -61,6 +61,7 @@ def write_inputs(tmp_path, cluster=CLUSTER, plan=PLAN):
 
 
 def with_stage(gpu=None, nm=None):
+    """PLAN with stage 1 moved to another GPU, or another Nm (PLAN's Nm=2 needs 6.6 GiB > 6)."""
     doc = json.loads(json.dumps(PLAN))
     if gpu:
         doc["virtual_workers"][0]["stages"][1]["gpu"] = gpu
@@ -96,3 +97,14 @@ def test_bad_option_values_are_reported(capsys):
     assert code == 2 and "--slowdown 'node0/gpu0=fast'" in err
     code, _, err = run_cli(capsys, "simulate", "--waves", "2", "--warmup-waves", "2")
     assert code == 2 and "warmup_waves" in err
+
+
+def test_a_pipedream_graph_profile_simulates_on_the_gpu_type_it_was_measured_on(capsys, tmp_path):
+    from hetsim.pipedream_graph import write_graph
+    from hetsim.profile import load_profile
+    write_graph(load_profile("vgg19_b32_analytic"), tmp_path / "vgg19.txt", gpu_type="rtx-2060")
+    args = write_inputs(tmp_path, plan=with_stage(nm=1))
+    code, out, err = run_cli(capsys, *args, "--profile", str(tmp_path / "vgg19.txt"),
+                             "--graph-gpu", "rtx-2060", "--graph-batch", "32", "--waves", "4")
+    assert code == 0, err
+    assert "throughput:" in out and "graph.txt vgg19.txt" in out

@@ -18,6 +18,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cluster", default=DEFAULT_CLUSTER, help="cluster YAML, or a shipped name (default %(default)s)")
     p.add_argument("--profile", default=DEFAULT_PROFILE,
                    help="model profile (YAML/JSON, or PipeDream graph.txt), or a shipped name (default %(default)s)")
+    p.add_argument("--graph-gpu", default="reference", metavar="TYPE",
+                   help="with a PipeDream graph.txt profile: the GPU type its times were measured on")
+    p.add_argument("--graph-batch", type=int, default=None, metavar="N",
+                   help="with a PipeDream graph.txt profile: the batch size it was measured at")
     p.add_argument("--plan", default=DEFAULT_PLAN, help="plan JSON, or a shipped name (default %(default)s)")
     p.add_argument("--waves", type=int, default=20, help="waves of Nm minibatches per virtual worker (default 20)")
     p.add_argument("--warmup-waves", type=int, default=2, help="waves left out of the steady-state window (default 2)")
@@ -59,7 +63,9 @@ def run(args: argparse.Namespace) -> int:
     import hetsim
     prob, delay = _straggler(args.straggler)
     started = time.perf_counter()
-    report = hetsim.simulate(args.cluster, args.profile, args.plan, waves=args.waves,
+    profile = hetsim.load_profile(args.profile, graph_gpu_type=args.graph_gpu,
+                                  graph_batch_size=args.graph_batch)
+    report = hetsim.simulate(args.cluster, profile, args.plan, waves=args.waves,
                              warmup_waves=args.warmup_waves, seed=args.seed, jitter_cv=args.jitter,
                              slowdown=_slowdowns(args.slowdown), straggler_prob=prob,
                              straggler_delay_s=delay, trace=args.out is not None)
