@@ -18,8 +18,15 @@ from typing import Callable
 import torch
 from torch import nn
 
+from modelzoo.alexnet import alexnet
+from modelzoo.densenet import CONFIGS as DENSENETS
+from modelzoo.densenet import densenet
+from modelzoo.gpt import PRESETS as GPTS
+from modelzoo.gpt import gpt
 from modelzoo.graph import MODEL_INPUT, LayerGraph, layer_graph
+from modelzoo.inception import inception_v3
 from modelzoo.mlp import mlp
+from modelzoo.squeezenet import squeezenet
 from modelzoo.resnet import SPECS as RESNETS
 from modelzoo.resnet import resnet
 from modelzoo.vgg import CONFIGS as VGGS
@@ -31,6 +38,11 @@ __all__ = ["build", "MODELS", "LayerGraph", "layer_graph", "MODEL_INPUT"]
 MODELS: dict[str, tuple[Callable[..., nn.Module], tuple[int, ...]]] = {
     **{name: (lambda n=name, **kw: vgg(n, **kw), (3, 224, 224)) for name in VGGS},
     **{name: (lambda n=name, **kw: resnet(n, **kw), (3, 224, 224)) for name in RESNETS},
+    **{name: (lambda n=name, **kw: densenet(n, **kw), (3, 224, 224)) for name in DENSENETS},
+    **{name: (lambda n=name, **kw: gpt(n, **kw), (1024,)) for name in GPTS},
+    "alexnet": (alexnet, (3, 224, 224)),
+    "inception_v3": (inception_v3, (3, 299, 299)),
+    "squeezenet1_0": (squeezenet, (3, 224, 224)),
     "mlp": (mlp, (64,)),
 }
 
