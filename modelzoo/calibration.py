@@ -6,7 +6,9 @@
 The device's peak rates are measured here (there is no datasheet for "this CPU, 2 threads"): peak
 FLOP/s is the best of a 2048x2048 fp32 matrix product, bandwidth the best of a 256 MiB copy
 (read + write). Factors are fitted (hetsim.derive.calibrate) on the FIT models and the errors are
-reported for FIT and HELD_OUT models separately, per layer kind. Writes, under --out
+reported for FIT and HELD_OUT models separately, per layer kind. Layer times are the minimum of
+the passes (not the median): on a machine shared with other jobs, the minimum is the best estimate
+of the uncontended time that the peak rates (also best-of) describe. Writes, under --out
 (default experiments/profiles/cpu): device.yaml (peaks + fitted factors, GPU-type format),
 measured/<model>_b<batch>.yaml, calibration.md (the error tables).
 """
@@ -69,7 +71,7 @@ def _measured(out: Path, reuse: bool, threads: int, repeats: int) -> dict[str, o
         if not reuse:
             print(f"measuring {model} at batch {batch} ...", flush=True)
             p = measure_profile(model, batch, device_type=DEVICE_TYPE, threads=threads, repeats=repeats,
-                                warmup=1, progress=True, **kwargs)
+                                warmup=1, progress=True, statistic="min", **kwargs)
             path.parent.mkdir(parents=True, exist_ok=True)
             save_profile(p, path)
         profiles[model] = load_profile(path)
@@ -113,7 +115,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default="experiments/profiles/cpu")
     parser.add_argument("--reuse", action="store_true", help="refit from committed measurements")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

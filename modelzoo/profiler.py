@@ -13,7 +13,7 @@ then one backward of every layer in reverse order, timing each layer's call on i
   writes them rather than adding.
 - running the layers in order, each once per pass, keeps caches and the allocator as in a real
   training step (timing one layer many times in a row flatters small layers by ~25% on CPU).
-`warmup` untimed passes, then the median of `repeats` passes per layer. CPU calls are timed with
+`warmup` untimed passes, then the median (or min) of `repeats` passes per layer. CPU calls are timed with
 time.perf_counter; CUDA calls with a pair of CUDA events each, read after one synchronisation at
 the end of the pass. Layer i of the profile is layer i of `layer_graph(model)`, with the same edges.
 """
@@ -36,44 +36,61 @@ __all__ = ["measure_profile", "measure_graph_profile", "whole_model_forward_s"]
 
 def measure_profile(model: str, batch: int, *, device: str = "cpu", device_type: str = "cpu",
                     repeats: int = 5, warmup: int = 2, threads: int | None = None,
-                    progress: bool = False, **model_kwargs) -> ModelProfile:
+                    progress: bool = False, statistic: str = "median", **model_kwargs) -> ModelProfile:
     """Measure a modelzoo model (see module docstring); times are keyed by `device_type`."""
     module, example = build(model, batch=batch, device=device, **model_kwargs)
     graph = layer_graph(module)
     return measure_graph_profile(graph, example, model=model, device_type=device_type, repeats=repeats,
-                                 warmup=warmup, threads=threads, progress=progress)
+                                 warmup=warmup, threads=threads, progress=progress, statistic=statistic)
 
 
 def measure_graph_profile(graph: LayerGraph, example: torch.Tensor, *, model: str = "model",
                           device_type: str = "cpu", repeats: int = 5, warmup: int = 2,
-                          threads: int | None = None, progress: bool = False) -> ModelProfile:
-    """Measure every layer of `graph` fed with `example` (a whole minibatch) on example's device."""
+                          threads: int | None = None, progress: bool = False,
+                          statistic: str = "median") -> ModelProfile:
+    """Measure every layer of `graph` fed with `example` (a whole minibatch) on example's device.
+    `statistic` "min" instead of "median" estimates the uncontended time on a shared machine."""
     if repeats < 1 or warmup < 0:
         raise ValueError(f"repeats must be >= 1 and warmup >= 0 (got {repeats}, {warmup})")
+    if statistic not in _STATISTICS:
+        raise ValueError(f"statistic must be one of {', '.join(_STATISTICS)}, got {statistic!r}")
+    pick = _STATISTICS[statistic]
+    with _threads(threads):
+        graph.layers.train()
+        fwd, bwd, outputs = _passes(graph, example, repeats, warmup, f"profiling {model}" if progress else None)
+        source = (f"measured by modelzoo.profiler on {_device_name(example.device)} "
+                  f"(torch {torch.__version__}, {torch.get_num_threads()} threads, "
+                  f"{statistic} of {repeats} passes after {warmup} warm-up)")
+    layers = tuple(LayerProfile(name=graph.names[i], kind=graph.kinds[i], param_bytes=graph.param_bytes(i),
+                                output_bytes=_nbytes(outputs[i]), fwd_s={device_type: pick(fwd[i])},
+                                bwd_s={device_type: pick(bwd[i])}) for i in range(len(graph)))
+    return ModelProfile(model=model, batch_size=int(example.shape[0]), layers=layers,
+                        edges=tuple(graph.edges), input_bytes=_nbytes(example), source=source)
+
+
+_STATISTICS = {"median": statistics.median, "min": min}
+
+
+def _passes(graph: LayerGraph, example: torch.Tensor, repeats: int, warmup: int, desc: str | None):
+    """Per-layer forward and backward samples of `repeats` passes after `warmup`, and the outputs."""
     n = len(graph)
     fwd: list[list[float]] = [[] for _ in range(n)]
     bwd: list[list[float]] = [[] for _ in range(n)]
-    with _threads(threads):
-        graph.layers.train()
-        passes = range(warmup + repeats)
-        if progress:
-            from tqdm import tqdm
-            passes = tqdm(passes, desc=f"profiling {model} ({n} layers)", unit="pass")
-        for k in passes:
-            f, b, outputs = _one_pass(graph, example)
-            if k >= warmup:
-                for i in range(n):
-                    fwd[i].append(f[i])
-                    bwd[i].append(b[i])
-        source = (f"measured by modelzoo.profiler on {_device_name(example.device)} "
-                  f"(torch {torch.__version__}, {torch.get_num_threads()} threads, "
-                  f"median of {repeats} passes after {warmup} warm-up)")
-    layers = tuple(LayerProfile(name=graph.names[i], kind=graph.kinds[i], param_bytes=graph.param_bytes(i),
-                                output_bytes=_nbytes(outputs[i]),
-                                fwd_s={device_type: statistics.median(fwd[i])},
-                                bwd_s={device_type: statistics.median(bwd[i])}) for i in range(n))
-    return ModelProfile(model=model, batch_size=int(example.shape[0]), layers=layers,
-                        edges=tuple(graph.edges), input_bytes=_nbytes(example), source=source)
+    bar = None
+    if desc:
+        from tqdm import tqdm               # counts layers; advanced between passes, never inside timing
+        bar = tqdm(total=n * (warmup + repeats), desc=desc, unit="layer")
+    for k in range(warmup + repeats):
+        f, b, outputs = _one_pass(graph, example)
+        if k >= warmup:
+            for i in range(n):
+                fwd[i].append(f[i])
+                bwd[i].append(b[i])
+        if bar is not None:
+            bar.update(n)
+    if bar is not None:
+        bar.close()
+    return fwd, bwd, outputs
 
 
 def _one_pass(graph: LayerGraph, example: torch.Tensor) -> tuple[list[float], list[float], list]:
