@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"plan: {profile.model} (minibatch {profile.batch_size}) on {cluster.name} "
           f"({len(cluster.gpus)} GPUs): {len(result.candidates)} candidates, {result.simulated} simulated, "
           f"{wall:.1f} s\n")
-    print(format_ranking(result, profile.batch_size, args.show))
+    print(format_ranking(result, cluster, profile.batch_size, args.show))
     if args.out:
         save_plan(result.best.plan, args.out)
         print(f"\nwrote {args.out} (rank 1: {result.best.plan.name}); run it with "
@@ -84,25 +84,24 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def format_ranking(result, batch: int, rows: int = 15) -> str:
+def format_ranking(result, cluster, batch: int, rows: int = 15) -> str:
     """The ranked table; `*` marks a simulated throughput, `~` a closed-form estimate."""
-    header = (f"{'#':>3} {'policy':<18}{'VWs':>4}  {'partition (vw0: gpu layers)':<46}{'Nm':>3}{'D':>3}"
+    header = (f"{'#':>3} {'policy':<18}{'VWs':>4}  {'partition (vw0: GPU type:layers)':<66}{'Nm':>3}{'D':>3}"
               f"{'samples/s':>11}  {'bottleneck':<16}{'peak GiB per GPU (vw0)':<26}{'staleness':<10}")
     lines = [header, "-" * len(header)]
     feasible = [c for c in result.candidates if c.feasible]
     for i, c in enumerate(feasible[:rows], 1):
         vw0 = c.partitions[0]
-        partition = " ".join(f"{g.split('/')[0][-1]}.{g.split('/')[1][3:]}:{lo}-{hi}"
-                             for g, (lo, hi) in zip(vw0.gpus, vw0.layers))
+        partition = " ".join(f"{cluster.gpu(g).type.name}:{lo}-{hi}" for g, (lo, hi) in zip(vw0.gpus, vw0.layers))
         mark = "*" if c.simulated_mb_s is not None else "~"
         memory = "/".join(f"{c.memory_bytes[g] / GIB:.1f}" for g in vw0.gpus)
         stale = f"{c.nm - 1}/{c.staleness + c.plan.sync.offset_for(c.plan.schedule)}" \
             if c.plan.sync.mode == "wsp" else f"{c.nm - 1 if c.plan.schedule in ('1f1b', 'hetpipe') else 0}/-"
-        lines.append(f"{i:>3} {c.policy:<18}{len(c.partitions):>4}  {partition:<46}{c.nm:>3}{c.staleness:>3}"
+        lines.append(f"{i:>3} {c.policy:<18}{len(c.partitions):>4}  {partition:<66}{c.nm:>3}{c.staleness:>3}"
                      f"{c.predicted_mb_s * batch:>10.1f}{mark}  {c.estimate.bottleneck:<16}{memory:<26}{stale:<10}")
     infeasible = [c for c in result.candidates if not c.feasible]
-    lines.append(f"\n* simulated, ~ closed-form estimate; partition: node.gpu:first-end layers; "
-                 f"staleness: local (Nm-1) / global bound (D + pull offset)")
+    lines.append("\n* simulated, ~ closed-form estimate; partition: GPU type:first-end layer of each stage "
+                 "of vw0; staleness: local (Nm-1) / global bound (D + pull offset)")
     if infeasible:
         lines.append(f"{len(infeasible)} candidates cannot run, e.g. {infeasible[0].policy} Nm={infeasible[0].nm}: "
                      f"{infeasible[0].reason}")

@@ -26,6 +26,8 @@ import numpy as np
 
 from hetsim.errors import PlanError
 
+FLOAT32_STATES = 1000
+
 __all__ = ["ChainStage", "ChainPartition", "StateCosts", "chain_costs", "pipedream_partition",
            "hierarchical_partition", "stage_time"]
 
@@ -98,8 +100,14 @@ def pipedream_partition(costs: StateCosts, n_gpus: int, *, bandwidth_Bps: float,
     m = int(np.argmin(value[last, 1:])) + 1          # fewest GPUs among the equal best
     if not np.isfinite(value[last, m]):
         raise PlanError("pipedream_partition: no partition exists (no nested chain of states)")
-    return ChainPartition(stages=_backtrack(costs, choice, last, m, bandwidth_Bps),
-                          bottleneck_s=float(value[last, m]))
+    stages = _backtrack(costs, choice, last, m, bandwidth_Bps)
+    return ChainPartition(stages=stages, bottleneck_s=_bottleneck(costs, stages, bandwidth_Bps))
+
+
+def _bottleneck(costs: StateCosts, stages, bandwidth_Bps: float) -> float:
+    """The slowest stage or inter-stage cut of a partition, in float64."""
+    cuts = [2.0 * costs.cut_bytes[s.states[0]] / bandwidth_Bps for s in stages[1:]]
+    return float(max([s.time_s for s in stages] + cuts))
 
 
 def _pair_matrices(costs: StateCosts):
@@ -110,35 +118,58 @@ def _pair_matrices(costs: StateCosts):
 
 def _dp_from(costs: StateCosts, start: int, n_gpus: int, bandwidth_Bps: float, replication: bool,
              stage_fn=None):
-    """value[j, m], choice[j, m] = (i, r) for covering start -> j with exactly m GPUs."""
+    """value[j, m], choice[j, m] = (i, r) for covering start -> j with exactly m GPUs.
+
+    Tables are stored as [j, i] so the minimum over i runs along contiguous memory. Above
+    FLOAT32_STATES states they are float32 (half the memory traffic); callers recompute the chosen
+    partition's bottleneck in float64, so only near-ties within float32 precision can be broken
+    differently.
+    """
     s_count = costs.n_states
-    dc, dw = _pair_matrices(costs)
-    valid = costs.nested.copy()
-    valid[:start, :] = False
+    dtype = np.float32 if s_count > FLOAT32_STATES else np.float64
     comm = 2.0 * costs.cut_bytes / bandwidth_Bps
     comm[start] = 0.0                                  # the model input is loaded, not sent
-    value = np.full((s_count, n_gpus + 1), np.inf)
+    invalid = ~costs.nested.T
+    invalid[:, :start] = True
+    value = np.full((s_count, n_gpus + 1), np.inf, dtype=dtype)
     value[start, 0] = 0.0
     choice = np.full((s_count, n_gpus + 1, 2), -1, dtype=np.int64)
-    # Per replica count, the stage-or-cut cost of every stage i -> j, stored as [j, i] so the
-    # minimum over i runs along contiguous memory; inf where i -> j is no stage.
-    cost = {}
-    for r in (range(1, n_gpus + 1) if replication else (1,)):
-        t = stage_fn(r) if stage_fn else stage_time(dc, dw, r, bandwidth_Bps)
-        cost[r] = np.ascontiguousarray(np.where(valid, np.maximum(t, comm[:, None]), np.inf).T)
-    scratch = np.empty((s_count, s_count))
+    cost = {r: _cost_table(costs, r, bandwidth_Bps, comm, invalid, dtype, stage_fn)
+            for r in (range(1, n_gpus + 1) if replication else (1,))}
+    scratch = np.empty((s_count, s_count), dtype=dtype)
+    rows = np.arange(s_count)
     for m in range(1, n_gpus + 1):
         for r in (r for r in cost if r <= m):
-            if not np.isfinite(value[:, m - r]).any():
+            finite = np.flatnonzero(np.isfinite(value[:, m - r]))
+            if len(finite) == 0:
                 continue
-            np.maximum(cost[r], value[None, :, m - r], out=scratch)
-            pick = np.argmin(scratch, axis=1)
-            best = scratch[np.arange(s_count), pick]
+            if len(finite) * 4 < s_count:            # few reachable starts: look at those only
+                cand = np.maximum(cost[r][:, finite], value[finite, m - r][None, :])
+                pick = finite[np.argmin(cand, axis=1)]
+            else:
+                np.maximum(cost[r], value[None, :, m - r], out=scratch)
+                pick = np.argmin(scratch, axis=1)
+            best = np.maximum(cost[r][rows, pick], value[pick, m - r])
             better = best < value[:, m]
             value[better, m] = best[better]
             choice[better, m, 0] = pick[better]
             choice[better, m, 1] = r
     return value, choice
+
+
+def _cost_table(costs, r, bandwidth_Bps, comm, invalid, dtype, stage_fn) -> np.ndarray:
+    """[j, i]: the larger of stage i -> j on r replicas and the cut before it; inf if no stage."""
+    if stage_fn is not None:
+        table = np.ascontiguousarray(stage_fn(r).T, dtype=dtype)
+    else:
+        table = (costs.compute_s[:, None] - costs.compute_s[None, :]).astype(dtype)
+        if r > 1:
+            dw = (costs.param_bytes[:, None] - costs.param_bytes[None, :]).astype(dtype)
+            np.maximum(table, dw * dtype(4.0 * (r - 1) / (r * bandwidth_Bps)), out=table)
+            table /= dtype(r)
+    np.maximum(table, comm.astype(dtype)[None, :], out=table)
+    table[invalid] = np.inf
+    return table
 
 
 def _backtrack(costs: StateCosts, choice, last: int, m: int, bandwidth_Bps: float,
@@ -176,8 +207,8 @@ def hierarchical_partition(costs: StateCosts, levels: list[tuple[int, float]], *
         workers, bandwidth = next_workers, next_bandwidth
     value, choice = _dp_from(costs, 0, workers, bandwidth, replication, stage_fn)
     m = int(np.argmin(value[n - 1, 1:])) + 1
-    return ChainPartition(stages=_backtrack(costs, choice, n - 1, m, bandwidth, stage_fn),
-                          bottleneck_s=float(value[n - 1, m]))
+    stages = _backtrack(costs, choice, n - 1, m, bandwidth, stage_fn)
+    return ChainPartition(stages=stages, bottleneck_s=_bottleneck(costs, stages, bandwidth))
 
 
 def _all_ranges(costs: StateCosts, workers: int, bandwidth: float, replication: bool, stage_fn):
