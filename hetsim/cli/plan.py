@@ -32,8 +32,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--margin", type=float, default=0.1,
                    help="also simulate estimates within this fraction of the best (default 0.1)")
     p.add_argument("--waves", type=int, default=12, help="waves per simulation (default 12)")
-    p.add_argument("--jitter", type=float, default=0.0, metavar="CV",
-                   help="lognormal compute jitter in the simulations (default 0)")
+    p.add_argument("--jitter", type=float, default=0.02, metavar="CV",
+                   help="lognormal compute jitter in the simulations (default 0.02: without any, "
+                   "identical VWs run in lockstep and contend for links at the same instants)")
     p.add_argument("--seed", type=int, default=0, help="seed for the simulations (default 0)")
     p.add_argument("--jobs", type=int, default=0, help="simulation processes (default: every core)")
     p.add_argument("--show", type=int, default=15, metavar="N", help="rows of the ranking to print (default 15)")

@@ -43,7 +43,9 @@ class SearchSpace:
     margin: float = 0.1
     waves: int = 12
     warmup_waves: int = 2
-    jitter_cv: float = 0.0
+    # A little compute jitter: without any, identical VWs run in perfect lockstep and all push,
+    # pull and send activations at the same instants, which no real cluster does.
+    jitter_cv: float = 0.02
     seed: int = 0
     workers: int = 0                       # processes for simulation; 0 = every local core
 
@@ -244,12 +246,18 @@ def _simulate_all(cluster, profile, chosen, space, progress) -> list[Candidate]:
 
 
 def _simulate(job) -> float:
-    """Steady-state minibatches per second of one plan (in a worker process)."""
+    """Steady-state minibatches per second of one plan (in a worker process).
+
+    n_VW times the slowest VW's simulated rate: WSP holds every VW to the slowest one's pace in the
+    long run, while a finite simulation lets faster VWs run up to D waves ahead and finish early,
+    which would make a large D look faster than it is (../shared/reference/hetpipe.md).
+    """
     from hetsim.sim import SimOptions, run_simulation
     cluster, profile, plan, space = job
     options = SimOptions(waves=space.waves, warmup_waves=space.warmup_waves, seed=space.seed,
                          jitter_cv=space.jitter_cv, trace=False)
-    return run_simulation(cluster, profile, plan, options).throughput["minibatches_per_s"]
+    report = run_simulation(cluster, profile, plan, options)
+    return len(report.virtual_workers) * min(v.minibatches_per_s for v in report.virtual_workers)
 
 
 def _nothing_fits(profile: ModelProfile, candidates: list[Candidate]) -> str:
