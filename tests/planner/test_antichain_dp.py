@@ -131,3 +131,25 @@ def test_branchy_pipedream_profiles_partition_within_the_state_budget(model):
     part, states = antichain_partition(p, 4, gpu_type="reference", bandwidth_Bps=1.25e9)
     assert len(states.masks) <= 2000
     assert sorted(v for layers in stage_layers(part, states) for v in layers) == list(range(p.n_layers))
+
+
+@needs_pipedream_profiles()
+def test_float32_tables_for_large_state_sets_find_the_float64_optimum(monkeypatch):
+    from hetsim.pipedream_graph import read_graph
+    from hetsim.planner import chain
+    p = read_graph(PIPEDREAM_PROFILES / "inception_v3.txt")
+    fast, states = antichain_partition(p, 4, gpu_type="reference", bandwidth_Bps=1.25e9)
+    assert len(states.masks) > chain.FLOAT32_STATES
+    monkeypatch.setattr(chain, "FLOAT32_STATES", 10**9)
+    exact, _ = antichain_partition(p, 4, gpu_type="reference", bandwidth_Bps=1.25e9)
+    assert fast.bottleneck_s == pytest.approx(exact.bottleneck_s, rel=1e-6)
+
+
+@needs_pipedream_profiles()
+@pytest.mark.parametrize("n_gpus, split", [(8, "7-1"), (16, "15-1")])
+def test_vgg16_at_10_gbit_gets_pipedreams_published_split(n_gpus, split):
+    # PipeDream's repository chose 7-1 (8 GPUs) and 15-1 (16) for VGG-16 (../shared/reference/pipedream.md).
+    from hetsim.pipedream_graph import read_graph
+    p = read_graph(PIPEDREAM_PROFILES / "vgg16.txt")
+    part, _ = antichain_partition(p, n_gpus, gpu_type="reference", bandwidth_Bps=10e9 / 8)
+    assert "-".join(str(s.replicas) for s in part.stages) == split

@@ -85,3 +85,11 @@ def test_search_space_rejects_bad_values():
         SearchSpace(policies=("XP",))
     with pytest.raises(PlanError, match="Nm must be >= 1"):
         SearchSpace(nm_values=(0,))
+
+
+def test_the_planner_imports_neither_simpy_nor_torch():
+    import subprocess
+    import sys
+    code = ("import sys, hetsim.planner, hetsim.cli.plan; "
+            "assert 'simpy' not in sys.modules and 'torch' not in sys.modules, sorted(sys.modules)")
+    subprocess.run([sys.executable, "-c", code], check=True)
