@@ -102,6 +102,10 @@ Progress = Callable[[str, int], object]    # (description, total) -> a bar with 
 def search_plans(cluster: Cluster, profile: ModelProfile, space: SearchSpace = SearchSpace(),
                  progress: Progress | None = None) -> SearchResult:
     """Rank whole plans for `profile` (already at the minibatch size wanted) on `cluster`."""
+    missing = sorted(set(cluster.gpu_types) - profile.gpu_types)
+    if missing:
+        raise PlanError(f"profile {profile.model}: no layer times for GPU type(s) {', '.join(missing)} of "
+                        f"cluster {cluster.name} (it has: {', '.join(sorted(profile.gpu_types))})")
     candidates = _enumerate(cluster, profile, space, progress)
     feasible = [c for c in candidates if c.feasible]
     if not feasible:

@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from conftest import PIPEDREAM_PROFILES, needs_pipedream_profiles
 from hetsim.cli import main
 from hetsim.plan import load_plan
 
@@ -33,3 +34,12 @@ def test_bad_plan_requests_are_one_line_errors(capsys, args, message):
     code = main(["plan", "--cluster", "hetpipe_4node", "--model", "vgg19_b32_analytic", "--jobs", "1", *args])
     err = capsys.readouterr().err
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+@needs_pipedream_profiles()
+def test_a_profile_without_times_for_some_cluster_gpus_is_named(capsys):
+    code = main(["plan", "--cluster", "hetpipe_4node", "--model", str(PIPEDREAM_PROFILES / "vgg16.txt"),
+                 "--graph-gpu", "titan-v", "--jobs", "1"])
+    assert code == 2
+    assert ("no layer times for GPU type(s) quadro-p4000, rtx-2060, titan-rtx of cluster hetpipe_4node"
+            in capsys.readouterr().err)
