@@ -20,6 +20,7 @@ from pathlib import Path
 import hetsim
 from hetsim.errors import HetsimError
 from hetsim.planner import SearchSpace, search_plans
+from hetsim.planner.allocation import node_speed
 
 HERE = Path(__file__).resolve().parent
 
@@ -65,6 +66,7 @@ def run_model(config: Config, cluster, label: str, profile_name: str, profile) -
                                 seed=config.seed)
             rows.append(_row(label, profile_name, policy, d, search_plans(cluster, profile, space).best,
                              config.batch))
+    rows += whimpy_rows(config, cluster, label, profile_name, profile)
     space = SearchSpace(policies=("horovod",), top_k=1, waves=config.waves, jitter_cv=config.jitter_cv,
                         seed=config.seed)
     try:
@@ -72,6 +74,27 @@ def run_model(config: Config, cluster, label: str, profile_name: str, profile) -
                          config.batch))
     except HetsimError as exc:
         print(f"{label}: Horovod: {exc}", file=sys.stderr)
+    return rows
+
+
+def whimpy_rows(config: Config, cluster, label: str, profile_name: str, profile) -> list[dict]:
+    """What the slow GPUs buy: ED on the cluster without its slowest node(s), at the smallest D."""
+    rows = []
+    ranked = sorted(cluster.nodes, key=node_speed)
+    for dropped in range(1, len(ranked) - 1):
+        gone = {n.name for n in ranked[:dropped]}
+        kept = replace(cluster, nodes=tuple(n for n in cluster.nodes if n.name not in gone),
+                       ps_nodes=tuple(n for n in cluster.ps_nodes if n not in gone))
+        space = SearchSpace(policies=("ED",), nm_values=config.nm_values, staleness_values=config.staleness[:1],
+                            top_k=len(config.nm_values), waves=config.waves, jitter_cv=config.jitter_cv,
+                            seed=config.seed)
+        try:
+            best = search_plans(kept, profile, space).best
+        except HetsimError as exc:
+            print(f"{label}: ED without {', '.join(sorted(gone))}: {exc}", file=sys.stderr)
+            continue
+        rows.append(_row(label, profile_name, f"ED without {'+'.join(sorted(gone))}", config.staleness[0],
+                         best, config.batch))
     return rows
 
 
@@ -106,8 +129,8 @@ def plot(rows: list[dict], out: Path) -> None:
     fig, axes = plt.subplots(1, len(models), figsize=(6 * len(models), 4), squeeze=False)
     for ax, model in zip(axes[0], models):
         mine = [r for r in rows if r["model"] == model]
-        policies = list(dict.fromkeys(r["policy"] for r in mine if r["policy"] != "Horovod (BSP)"))
-        ds = sorted({r["D"] for r in mine if r["policy"] != "Horovod (BSP)"})
+        policies = [p for p in dict.fromkeys(r["policy"] for r in mine) if p in ("NP", "ED", "HD")]
+        ds = sorted({r["D"] for r in mine if r["policy"] in policies})
         width = 0.8 / len(ds)
         for k, d in enumerate(ds):
             values = [next(r["samples_per_s"] for r in mine if r["policy"] == p and r["D"] == d) for p in policies]
@@ -115,6 +138,10 @@ def plot(rows: list[dict], out: Path) -> None:
         for r in mine:
             if r["policy"] == "Horovod (BSP)":
                 ax.axhline(r["samples_per_s"], color="k", ls="--", label=f"Horovod, {r['gpus']} GPUs")
+            elif r["policy"].startswith("ED without"):
+                ax.axhline(r["samples_per_s"], color="grey", ls=":", lw=1)
+                ax.annotate(f"{r['policy']} ({r['gpus']} GPUs)", (len(policies) - 0.5, r["samples_per_s"]),
+                            fontsize=7, ha="right", va="bottom", color="grey")
         ax.set_xticks([i + 0.4 - width / 2 for i in range(len(policies))], policies)
         ax.set_ylabel("samples/s (simulated)")
         ax.set_title(f"{model} on HetPipe's 16 GPUs ({mine[0]['profile']})")
