@@ -1,0 +1,123 @@
+"""The heterogeneous partitioner equals brute force; whimpy GPUs pool memory; clear "does not fit"."""
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from conftest import cluster, gpu_type
+from hetsim.errors import PlanError
+from hetsim.memory import stage_memory
+from hetsim.planner.hetero import gpu_orders, in_flight, partition_ordered, partition_vw
+from hetsim.profile import LayerProfile, ModelProfile
+from hetsim.topology import Topology
+
+FAST, SLOW = gpu_type("fast", memory_gib=1.0), gpu_type("slow", memory_gib=0.5)
+GB = 2**30
+
+
+def two_type_profile(fast_s, slow_s, params, outputs):
+    layers = tuple(LayerProfile(name=f"l{i}", kind="x", param_bytes=int(p), output_bytes=int(o),
+                                fwd_s={"fast": f / 3, "slow": s / 3}, bwd_s={"fast": 2 * f / 3, "slow": 2 * s / 3})
+                   for i, (f, s, p, o) in enumerate(zip(fast_s, slow_s, params, outputs)))
+    return ModelProfile(model="m", batch_size=1, layers=layers,
+                        edges=tuple((i, i + 1) for i in range(len(layers) - 1)), input_bytes=int(outputs[0]))
+
+
+def brute_force_ordered(p, gpus, topology, nm, schedule):
+    n, k = p.n_layers, len(gpus)
+    link = lambda a, b, c: topology.route(a.id, b.id).latency_s + p.cut_bytes(c) / topology.bottleneck_Bps(a.id, b.id)
+    best = np.inf
+    for inner in itertools.combinations(range(1, n), k - 1):
+        b = (0, *inner, n)
+        times = []
+        for s, g in enumerate(gpus):
+            mem = stage_memory(p, b[s], b[s + 1], in_flight=in_flight(schedule, k, s, nm),
+                               asynchronous=schedule in ("1f1b", "hetpipe"))
+            if mem.total_bytes > g.type.memory_bytes:
+                break
+            t = sum(p.stage_times(g.type.name, b[s], b[s + 1]))
+            t += link(gpus[s - 1], g, b[s]) if s else 0.0
+            t += link(g, gpus[s + 1], b[s + 1]) if s + 1 < k else 0.0
+            times.append(t)
+        else:
+            best = min(best, max(times))
+    return best
+
+
+@st.composite
+def cases(draw):
+    n = draw(st.integers(1, 8))
+    fast = draw(st.lists(st.floats(0.001, 1.0), min_size=n, max_size=n))
+    slow = [f * draw(st.floats(1.0, 4.0)) for f in fast]
+    params = draw(st.lists(st.integers(0, GB // 16), min_size=n, max_size=n))
+    outputs = draw(st.lists(st.integers(0, GB // 16), min_size=n, max_size=n))
+    counts = draw(st.lists(st.integers(0, 2), min_size=2, max_size=2).filter(lambda c: 1 <= sum(c) <= min(4, n)))
+    return two_type_profile(fast, slow, params, outputs), counts
+
+
+def make_cluster(counts):
+    nodes = [(c, t) for c, t in zip(counts, (FAST, SLOW)) if c]
+    return cluster([c for c, _ in nodes], types=[t for _, t in nodes], intra_Bps=8e9, net_Bps=1e9,
+                   latency_s=1e-5)
+
+
+@settings(max_examples=120, deadline=None)
+@given(case=cases(), nm=st.integers(1, 4), schedule=st.sampled_from(["hetpipe", "1f1b", "1f1b-flush"]))
+def test_ordered_split_equals_brute_force(case, nm, schedule):
+    p, counts = case
+    c = make_cluster(counts)
+    gpus, topology = list(c.gpus), Topology(c)
+    expected = brute_force_ordered(p, gpus, topology, nm, schedule)
+    if not np.isfinite(expected):
+        with pytest.raises(PlanError, match="does not fit"):
+            partition_ordered(p, gpus, topology, nm=nm, schedule=schedule)
+        return
+    part = partition_ordered(p, gpus, topology, nm=nm, schedule=schedule)
+    assert part.bottleneck_s == pytest.approx(expected, rel=1e-9)
+    assert all(m <= c.gpu(g).type.memory_bytes for g, m in zip(part.gpus, part.memory_bytes))
+
+
+@settings(max_examples=80, deadline=None)
+@given(case=cases(), nm=st.integers(1, 3))
+def test_best_gpu_order_equals_brute_force_over_permutations(case, nm):
+    p, counts = case
+    c = make_cluster(counts)
+    topology = Topology(c)
+    expected = min(brute_force_ordered(p, list(order), topology, nm, "hetpipe")
+                   for order in itertools.permutations(c.gpus))
+    if not np.isfinite(expected):
+        with pytest.raises(PlanError, match="does not fit"):
+            partition_vw(p, list(c.gpus), topology, nm=nm)
+        return
+    assert partition_vw(p, list(c.gpus), topology, nm=nm).bottleneck_s == pytest.approx(expected, rel=1e-9)
+
+
+def test_a_gpu_twice_as_fast_takes_twice_the_layers():
+    p = two_type_profile([1, 1, 1], [2, 2, 2], [0] * 3, [0] * 3)
+    c = cluster([1, 1], types=[FAST, SLOW], intra_Bps=1e18, net_Bps=1e18)
+    part = partition_vw(p, list(c.gpus), Topology(c), nm=1)
+    assert part.gpus == ("node0/gpu0", "node1/gpu0")
+    assert part.boundaries == (0, 2, 3)
+    assert part.stage_s == pytest.approx((2.0, 2.0))
+
+
+def test_orders_treat_same_type_same_node_gpus_as_interchangeable():
+    c = cluster([2, 2], types=[FAST, SLOW])
+    assert len(gpu_orders(list(c.gpus))) == 6          # 4! / (2! 2!)
+    assert len(gpu_orders(list(c.gpus), max_orders=5)) == 2   # then node blocks only
+
+
+def test_whimpy_gpus_hold_together_what_none_holds_alone():
+    # 8 layers of 100 MiB weights, held 4 times (weights, gradients, momentum, one stash at Nm=2):
+    # 3.1 GiB on one GPU and 1.6 GiB on each of two exceed a "fast" GPU's 1 GiB; four hold 0.8 each.
+    p = two_type_profile([1] * 8, [2] * 8, [100 * 2**20] * 8, [2**20] * 8)
+    c = cluster([4], types=[FAST])
+    topology = Topology(c)
+    with pytest.raises(PlanError, match="does not fit node0/gpu0"):
+        partition_vw(p, [c.gpus[0]], topology, nm=2)
+    part = partition_vw(p, list(c.gpus), topology, nm=2)
+    assert part.boundaries == (0, 2, 4, 6, 8)
+    with pytest.raises(PlanError, match=r"does not fit .*lower Nm or add GPUs"):
+        partition_vw(p, list(c.gpus)[:2], topology, nm=2)

@@ -1,0 +1,95 @@
+"""Search: closed forms, the top-ranked plan holds up in simulation, determinism, "does not fit"."""
+
+from dataclasses import replace
+
+import pytest
+
+from conftest import cluster, gpu_type
+from hetsim.errors import PlanError
+from hetsim.planner.estimate import vw_rate
+from hetsim.planner.hetero import partition_vw
+from hetsim.planner.search import SearchSpace, _simulate, search_plans
+from hetsim.profile import LayerProfile, ModelProfile
+from hetsim.topology import Topology
+
+FAST, SLOW = gpu_type("fast", memory_gib=2.0), gpu_type("slow", memory_gib=0.75)
+
+
+def model(n=8, param_mib=20, act_mib=8):
+    layers = tuple(LayerProfile(name=f"l{i}", kind="x", param_bytes=param_mib * 2**20,
+                                output_bytes=act_mib * 2**20,
+                                fwd_s={"fast": 0.010 + 0.002 * i, "slow": 0.025 + 0.004 * (i % 3)},
+                                bwd_s={"fast": 0.020 + 0.004 * i, "slow": 0.050 + 0.008 * (i % 3)})
+                   for i in range(n))
+    return ModelProfile(model="toy", batch_size=8, layers=layers,
+                        edges=tuple((i, i + 1) for i in range(n - 1)), input_bytes=act_mib * 2**20)
+
+
+def small_cluster():
+    return cluster([2, 2], types=[FAST, SLOW], intra_Bps=10e9, net_Bps=1.25e9, latency_s=1e-5)
+
+
+def test_single_vw_rate_is_littles_law_or_the_slowest_stage():
+    c = small_cluster()
+    part = partition_vw(model(), list(c.nodes[0].gpus), Topology(c), nm=1)
+    assert vw_rate(part, 1) == pytest.approx(1 / part.roundtrip_s)
+    assert vw_rate(part, 8) == pytest.approx(1 / part.bottleneck_s)
+
+
+def test_top_ranked_plan_is_not_beaten_in_simulation_by_more_than_one_percent():
+    c, p = small_cluster(), model()
+    space = SearchSpace(policies=("auto",), nm_values=(1, 2, 4), staleness_values=(0, 2), top_k=3,
+                        margin=0.0, waves=8, workers=1)
+    result = search_plans(c, p, space)
+    feasible = [x for x in result.candidates if x.feasible]
+    assert len(feasible) > space.top_k + 3                  # the pruning had something to prune
+    every = [_simulate((c, p, x.plan, space)) for x in feasible]
+    assert result.best.simulated_mb_s >= 0.99 * max(every)
+
+
+def test_ranking_is_the_same_with_one_or_two_processes():
+    c, p = small_cluster(), model()
+    runs = [search_plans(c, p, SearchSpace(policies=("NP", "ED", "HD"), nm_values=(1, 2), top_k=4,
+                                           waves=6, workers=w)) for w in (1, 2)]
+    assert [(x.policy, x.nm, x.staleness, x.simulated_mb_s) for x in runs[0].candidates] == \
+        [(x.policy, x.nm, x.staleness, x.simulated_mb_s) for x in runs[1].candidates]
+
+
+def test_whimpy_cluster_gets_a_multi_gpu_plan_that_simulates():
+    # 8 x 64 MiB of weights (x4 with gradients, momentum, a stash) fits no 0.75 GiB GPU alone.
+    c = cluster([4], types=[SLOW], intra_Bps=10e9)
+    p = model(param_mib=64, act_mib=1)
+    result = search_plans(c, p, SearchSpace(policies=("auto",), nm_values=(2,), top_k=2, waves=6, workers=1))
+    assert result.best.feasible and len(result.best.partitions[0].gpus) > 1
+    assert result.best.simulated_mb_s > 0
+    assert any("does not fit" in x.reason for x in result.candidates if not x.feasible)
+
+
+def test_a_model_no_virtual_worker_can_hold_is_a_clear_error():
+    c = cluster([2], types=[SLOW])
+    with pytest.raises(PlanError, match=r"toy \(minibatch 8\) does not fit: none of .* candidate plans"):
+        search_plans(c, model(param_mib=400), SearchSpace(policies=("auto",), workers=1))
+
+
+def test_horovod_uses_only_gpus_that_hold_the_model_alone():
+    c = small_cluster()
+    p = model(param_mib=40, act_mib=1)       # 0.94 GiB with one version: fits "fast" (2 GiB) only
+    result = search_plans(c, p, SearchSpace(policies=("horovod",), top_k=1, waves=6, workers=1))
+    (h,) = [x for x in result.candidates if x.policy == "horovod"]
+    assert sorted(g for part in h.partitions for g in part.gpus) == ["node0/gpu0", "node0/gpu1"]
+    assert h.plan.sync.mode == "bsp" and h.plan.schedule == "1f1b-flush"
+
+
+def test_search_space_rejects_bad_values():
+    with pytest.raises(PlanError, match="policy 'XP'"):
+        SearchSpace(policies=("XP",))
+    with pytest.raises(PlanError, match="Nm must be >= 1"):
+        SearchSpace(nm_values=(0,))
+
+
+def test_the_planner_imports_neither_simpy_nor_torch():
+    import subprocess
+    import sys
+    code = ("import sys, hetsim.planner, hetsim.cli.plan; "
+            "assert 'simpy' not in sys.modules and 'torch' not in sys.modules, sorted(sys.modules)")
+    subprocess.run([sys.executable, "-c", code], check=True)
