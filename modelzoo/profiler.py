@@ -147,9 +147,9 @@ class _Clock:
 
 
 def whole_model_forward_s(graph: LayerGraph, example: torch.Tensor, *, repeats: int = 5, warmup: int = 2,
-                          threads: int | None = None) -> float:
-    """Median seconds of one forward of the whole graph (training mode, autograd recording), timed
-    as one call: what the per-layer forward times should add up to."""
+                          threads: int | None = None, statistic: str = "median") -> float:
+    """Median (or min) seconds of one forward of the whole graph (training mode, autograd recording),
+    timed as one call: what the per-layer forward times should add up to."""
     samples = []
     with _threads(threads):
         graph.layers.train()
@@ -158,7 +158,7 @@ def whole_model_forward_s(graph: LayerGraph, example: torch.Tensor, *, repeats: 
             clock.time(0, lambda: graph.run(0, len(graph), {MODEL_INPUT: example}))
             if k >= warmup:
                 samples.append(clock.seconds(1)[0])
-    return statistics.median(samples)
+    return _STATISTICS[statistic](samples)
 
 
 def _nbytes(x) -> int:

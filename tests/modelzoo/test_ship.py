@@ -28,3 +28,15 @@ def test_parameter_bytes_equal_pipedreams_published_profiles(model):
     # PipeDream's resnext101 is the 32x4d variant and its inception_v3 has the auxiliary head.
     theirs = read_graph(PIPEDREAM_PROFILES / f"{model}.txt")
     assert load_profile(f"{model}_b32").param_bytes == theirs.param_bytes
+
+
+@needs_pipedream_profiles()
+def test_pipedream_batch_is_read_from_the_input_node_and_efficiencies_are_anchored_at_conv_forward():
+    from hetsim.derive import load_efficiencies
+    from hetsim.gpu import load_gpu_types
+    from modelzoo.pipedream_fit import CONV_FWD, _published
+    totals, batch = _published(PIPEDREAM_PROFILES / "vgg16.txt")
+    assert batch == 128                                  # as PipeDream's notes say for VGG-16
+    assert totals[("Conv2d", "fwd")] > totals[("ReLU", "fwd")] > 0
+    eff = load_efficiencies(load_gpu_types())["titan-v"]
+    assert eff.get("compute", "Conv2d", "fwd") == CONV_FWD
