@@ -63,10 +63,16 @@ class VwPartition:
 
 
 def in_flight(schedule: str, n_stages: int, stage: int, nm: int) -> int:
-    """Minibatches a stage may hold at once: Nm for HetPipe and GPipe (an upper bound of what the
-    schedule IR reaches), min(Nm, k - s) for PipeDream's 1F1B warm-up."""
+    """Minibatches a stage may hold at once, an upper bound of what the schedule IR reaches.
+
+    1f1b / 1f1b-flush: min(Nm, k - s) (PipeDream's warm-up). hetpipe: Nm, except on the last stage,
+    whose backward is ready the instant its forward ends and runs first (backward wins ties), so it
+    holds one. gpipe: Nm.
+    """
     if schedule in ("1f1b", "1f1b-flush"):
         return min(nm, n_stages - stage)
+    if schedule == "hetpipe" and stage == n_stages - 1:
+        return 1
     return nm
 
 

@@ -121,3 +121,15 @@ def test_whimpy_gpus_hold_together_what_none_holds_alone():
     assert part.boundaries == (0, 2, 4, 6, 8)
     with pytest.raises(PlanError, match=r"does not fit .*lower Nm or add GPUs"):
         partition_vw(p, list(c.gpus)[:2], topology, nm=2)
+
+
+@settings(max_examples=60, deadline=None)
+@given(k=st.integers(1, 5), nm=st.integers(1, 6),
+       costs=st.lists(st.tuples(st.floats(0.01, 1.0), st.floats(0.01, 2.0), st.floats(0.0, 0.5)),
+                      min_size=5, max_size=5),
+       schedule=st.sampled_from(["hetpipe", "1f1b", "1f1b-flush", "gpipe"]))
+def test_in_flight_bounds_what_the_schedule_holds(k, nm, costs, schedule):
+    from hetsim.schedule import build_schedule
+    built = build_schedule(schedule, k, nm, 4, "none", tuple(costs[:k]) if schedule == "hetpipe" else None)
+    for s in range(k):
+        assert built.in_flight(s) <= in_flight(schedule, k, s, nm)
