@@ -179,11 +179,11 @@ def _no_fit(profile, gpus, nm, schedule, copies) -> str:
             f"GiB, these GPUs have {have / GIB:.1f} GiB together); lower Nm or add GPUs")
 
 
-def gpu_orders(gpus: list[GpuSlot], max_orders: int = 720) -> list[list[GpuSlot]]:
+def gpu_orders(gpus: list[GpuSlot], max_orders: int = 720) -> list[list[GpuSlot]] | None:
     """Distinct orders of the GPUs, GPUs with the same type and node being interchangeable.
 
-    With more than `max_orders` of them, only orders that keep each node's GPUs together are tried
-    (activations then cross the network once per node boundary).
+    With more than `max_orders` of them, only orders that keep each node's GPUs together (activations
+    then cross the network once per node boundary); None if even those are too many.
     """
     signature = lambda g: (g.type.name, g.node)
     pools: dict[tuple, list[GpuSlot]] = {}
@@ -193,12 +193,17 @@ def gpu_orders(gpus: list[GpuSlot], max_orders: int = 720) -> list[list[GpuSlot]
     n_orders = math.factorial(len(gpus)) // math.prod(math.factorial(c) for c in counts)
     if n_orders <= max_orders:
         return [_assign(order, pools) for order in _multiset_orders(sorted(pools), counts)]
+    blocks = _node_blocks(gpus)
+    if math.factorial(len(blocks)) > max_orders:
+        return None
+    return [[g for block in perm for g in block] for perm in itertools.permutations(blocks)]
+
+
+def _node_blocks(gpus: list[GpuSlot]) -> list[list[GpuSlot]]:
     nodes: dict[str, list[GpuSlot]] = {}
     for g in sorted(gpus, key=lambda g: (g.node, g.type.name, g.index)):
         nodes.setdefault(g.node, []).append(g)
-    blocks = [nodes[name] for name in sorted(nodes)]
-    return [[g for block in perm for g in block] for perm in itertools.islice(
-        itertools.permutations(blocks), max_orders)]
+    return [nodes[name] for name in sorted(nodes)]
 
 
 def _multiset_orders(keys: list, counts: list[int]):
@@ -225,17 +230,50 @@ def _assign(order: tuple, pools: dict) -> list[GpuSlot]:
 def partition_vw(profile: ModelProfile, gpus: list[GpuSlot], topology: Topology, *, nm: int,
                  schedule: str = "hetpipe", optimizer_state_copies: int = 1,
                  max_orders: int = 720) -> VwPartition:
-    """The best GPU order and split for one virtual worker; ties keep the first order tried."""
-    best, error, cache = None, None, {}
-    for order in gpu_orders(gpus, max_orders):
-        try:
-            part = partition_ordered(profile, order, topology, nm=nm, schedule=schedule,
-                                     optimizer_state_copies=optimizer_state_copies, cache=cache)
-        except PlanError as exc:
-            error = error or exc
-            continue
-        if best is None or part.bottleneck_s < best.bottleneck_s:
-            best = part
-    if best is None:
-        raise error
-    return best
+    """The best GPU order and split for one virtual worker; ties keep the first order tried.
+
+    Orders are enumerated (`gpu_orders`) while there are at most `max_orders`; beyond that, node
+    blocks are reordered by swapping pairs while the slowest stage improves, from the fastest-first
+    and the slowest-first order (a local search, not a guaranteed optimum).
+    """
+    tried: dict[tuple, VwPartition | PlanError] = {}
+    cache: dict = {}
+
+    def evaluate(order: list[GpuSlot]):
+        key = tuple(g.id for g in order)
+        if key not in tried:
+            try:
+                tried[key] = partition_ordered(profile, order, topology, nm=nm, schedule=schedule,
+                                               optimizer_state_copies=optimizer_state_copies, cache=cache)
+            except PlanError as exc:
+                tried[key] = exc
+        return tried[key]
+
+    orders = gpu_orders(gpus, max_orders)
+    for order in orders if orders is not None else []:
+        evaluate(order)
+    if orders is None:
+        blocks = _node_blocks(gpus)
+        speed = lambda b: -sum(g.type.peak_fp32_flops for g in b)
+        for seed in (sorted(blocks, key=speed), sorted(blocks, key=speed)[::-1]):
+            _swap_search(seed, evaluate)
+    found = [p for p in tried.values() if isinstance(p, VwPartition)]
+    if not found:
+        raise next(iter(tried.values()))
+    return min(found, key=lambda p: p.bottleneck_s)
+
+
+def _swap_search(blocks: list[list[GpuSlot]], evaluate) -> None:
+    """Swap the pair of node blocks that most lowers the slowest stage, until no swap does."""
+    score = lambda bs: getattr(evaluate([g for b in bs for g in b]), "bottleneck_s", math.inf)
+    current = score(blocks)
+    while True:
+        moves = []
+        for i, j in itertools.combinations(range(len(blocks)), 2):
+            trial = list(blocks)
+            trial[i], trial[j] = trial[j], trial[i]
+            moves.append((score(trial), i, j, trial))
+        best = min(moves, key=lambda m: m[:3], default=None)
+        if best is None or best[0] >= current:
+            return
+        current, blocks = best[0], best[3]
