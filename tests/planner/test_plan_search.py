@@ -1,6 +1,5 @@
 """Search: closed forms, the top-ranked plan holds up in simulation, determinism, "does not fit"."""
 
-
 import pytest
 
 from conftest import cluster, gpu_type
