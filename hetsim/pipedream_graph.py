@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+from decimal import Decimal
 from pathlib import Path
 
 from hetsim.errors import SpecError
@@ -73,7 +74,7 @@ def _metrics(text: str, source_name: str, lineno: int) -> dict[str, float]:
         if raw.startswith("["):
             values[key] = sum(float(x) for x in raw.strip("[]").split(";") if x.strip())
         else:
-            values[key] = float(raw)
+            values[key] = _seconds(raw) if key.endswith("_compute_time") else float(raw)
     for key in ("forward_compute_time", "backward_compute_time", "activation_size", "parameter_size"):
         if key not in values:
             raise SpecError(f"{source_name}: line {lineno}: {key}: missing")
@@ -83,8 +84,8 @@ def _metrics(text: str, source_name: str, lineno: int) -> dict[str, float]:
 def _layer(name: str, desc: str, m: dict[str, float], gpu_type: str) -> LayerProfile:
     return LayerProfile(name=name, kind=desc, param_bytes=int(m["parameter_size"]),
                         output_bytes=int(m["activation_size"]),
-                        fwd_s={gpu_type: m["forward_compute_time"] / 1000.0},
-                        bwd_s={gpu_type: m["backward_compute_time"] / 1000.0})
+                        fwd_s={gpu_type: m["forward_compute_time"]},
+                        bwd_s={gpu_type: m["backward_compute_time"]})
 
 
 def _topological(names: list[str], edges: list[tuple[str, str]], source_name: str) -> list[str]:
@@ -113,12 +114,13 @@ def _topological(names: list[str], edges: list[tuple[str, str]], source_name: st
 
 
 def _ms_text(seconds: float) -> str:
-    """Milliseconds text that reads back to exactly `seconds` (x/1000 after parsing)."""
-    ms = seconds * 1000.0
-    for candidate in (ms, math.nextafter(ms, math.inf), math.nextafter(ms, -math.inf)):
-        if float(repr(candidate)) / 1000.0 == seconds:
-            return repr(candidate)
-    return repr(ms)
+    """Milliseconds as decimal text: the shortest repr of `seconds` with the point moved three places,
+    which `_seconds` reads back to exactly `seconds`."""
+    return format(Decimal(repr(seconds)).scaleb(3).normalize(), "f")
+
+
+def _seconds(ms_text: str) -> float:
+    return float(Decimal(ms_text).scaleb(-3))
 
 
 def write_graph(profile: ModelProfile, path: str | Path, *, gpu_type: str) -> None:

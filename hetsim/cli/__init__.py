@@ -17,6 +17,7 @@ __all__ = ["main"]
 # name -> one-line help; each module hetsim.cli.<name> has add_arguments(parser) and run(args) -> int.
 SUBCOMMANDS = {
     "simulate": "predict throughput, utilisation, memory and staleness of a plan",
+    "profile": "measure a model's layers on this device and derive layer times for GPU types",
     "plan": "search allocations, partitions, Nm and D; rank whole plans and write the best",
 }
 

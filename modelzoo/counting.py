@@ -1,0 +1,100 @@
+"""Per-layer operation and memory-traffic counts, taken on the meta device (no data, no time).
+
+    costs = count_model("resnet50", batch=32)       # list[hetsim.derive.LayerCost], layer order
+
+FLOPs come from torch.utils.flop_counter, which counts a multiply-add as 2 FLOPs and counts only
+matrix products and convolutions (elementwise work, normalisation and pooling count 0), the
+convention of published model counts (VGG-16: 15.5 G multiply-adds = 31 GFLOPs per 224x224 image).
+Bytes are what eager execution moves: for every aten operation a layer runs, the bytes of its tensor
+inputs and outputs (views move nothing and are skipped), summed. Backward counts come from running
+the layer's autograd backward under the same counters, with the same detached-input method as the
+profiler (modelzoo.profiler), so a layer's backward includes its input and weight gradients only.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+from torch.utils.flop_counter import FlopCounterMode
+
+from hetsim.derive import LayerCost
+from hetsim.profile import LayerProfile, ModelProfile
+from modelzoo import MODEL_INPUT, LayerGraph, build, layer_graph
+
+__all__ = ["count_model", "count_graph", "counted_profile"]
+
+
+class _ByteCounter(TorchDispatchMode):
+    """Adds up the bytes of tensor inputs and outputs of every non-view aten operation."""
+
+    def __init__(self):
+        super().__init__()
+        self.bytes = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if not func.is_view:
+            tensors = [t for t in tree_flatten((args, kwargs, out))[0] if isinstance(t, torch.Tensor)]
+            self.bytes += sum(t.numel() * t.element_size() for t in tensors)
+        return out
+
+
+def count_model(model: str, batch: int, **model_kwargs) -> list[LayerCost]:
+    """Counts for every layer of a modelzoo model at `batch` (built on the meta device)."""
+    module, example = build(model, batch=batch, device="meta", **model_kwargs)
+    return count_graph(layer_graph(module), example)
+
+
+def counted_profile(model: str, batch: int, **model_kwargs) -> tuple[ModelProfile, list[LayerCost]]:
+    """A profile with every layer's kind, parameter and output bytes, FLOPs and edges but no times
+    yet (add them with hetsim.derive.derive_profile), and the counts to derive them from."""
+    module, example = build(model, batch=batch, device="meta", **model_kwargs)
+    graph = layer_graph(module)
+    outputs: list[int] = []
+    costs = count_graph(graph, example, output_bytes=outputs)
+    layers = tuple(LayerProfile(name=graph.names[i], kind=graph.kinds[i], param_bytes=graph.param_bytes(i),
+                                output_bytes=outputs[i], fwd_s={}, bwd_s={}, flops_fwd=costs[i].flops_fwd)
+                   for i in range(len(graph)))
+    shape = "x".join(map(str, example.shape[1:]))
+    return ModelProfile(model=model, batch_size=batch, layers=layers, edges=tuple(graph.edges),
+                        input_bytes=example.numel() * example.element_size(),
+                        source=f"{model}{_kwargs_text(model_kwargs)}, input {shape} per sample; counted by "
+                               "modelzoo.counting on the meta device"), costs
+
+
+def _kwargs_text(kwargs: dict) -> str:
+    return f" ({', '.join(f'{k}={v}' for k, v in sorted(kwargs.items()))})" if kwargs else ""
+
+
+def count_graph(graph: LayerGraph, example: torch.Tensor, *, output_bytes: list[int] | None = None) -> list[LayerCost]:
+    """Counts for every layer of `graph` on `example`'s device (use meta: nothing is computed).
+    Appends each layer's output bytes to `output_bytes` when given."""
+    graph.layers.train()
+    leaves: dict[int, torch.Tensor] = {MODEL_INPUT: example}
+    forward = []
+    for i in range(len(graph)):
+        inputs = [leaves[p] for p in graph.preds[i]]
+        flops, traffic, out = _counted(lambda: graph.layers[i](*inputs))
+        forward.append((flops, traffic, out))
+        if output_bytes is not None:
+            output_bytes.append(out.numel() * out.element_size())
+        detached = out.detach()
+        leaves[i] = detached.requires_grad_(True) if detached.is_floating_point() else detached
+    costs = []
+    for i, (flops, traffic, out) in enumerate(forward):
+        if isinstance(out, torch.Tensor) and out.requires_grad:
+            grad = torch.ones_like(out)
+            b_flops, b_traffic, _ = _counted(lambda: torch.autograd.backward(out, grad))
+        else:
+            b_flops, b_traffic = 0, 0
+        costs.append(LayerCost(kind=graph.kinds[i], flops_fwd=float(flops), flops_bwd=float(b_flops),
+                               bytes_fwd=float(traffic), bytes_bwd=float(b_traffic)))
+    return costs
+
+
+def _counted(fn):
+    flops, traffic = FlopCounterMode(display=False), _ByteCounter()
+    with flops, traffic:
+        out = fn()
+    return flops.get_total_flops(), traffic.bytes, out

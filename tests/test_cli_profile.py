@@ -1,0 +1,73 @@
+"""`hetsim profile`: measure, derive, write both formats; one-line errors."""
+
+import subprocess
+import sys
+
+import pytest
+
+from hetsim.cli import main
+from hetsim.pipedream_graph import read_graph, write_graph
+from hetsim.profile import load_profile, save_profile
+from modelzoo import build, layer_graph
+
+
+def test_profile_measures_on_cpu_and_derives_for_named_gpu_types(tmp_path, capsys):
+    out = tmp_path / "mlp.yaml"
+    assert main(["profile", "--model", "mlp", "--batch", "4", "--derive-for", "titan-v,rtx-2060",
+                 "--repeats", "1", "--warmup", "0", "--no-progress", "--out", str(out),
+                 "--graph-txt", str(tmp_path / "graph.txt")]) == 0
+    p = load_profile(out)
+    assert p.gpu_types == {"cpu", "titan-v", "rtx-2060"} and p.batch_size == 4
+    assert [l.name for l in p.layers] == layer_graph(build("mlp")[0]).names
+    g = read_graph(tmp_path / "graph.txt", gpu_type="cpu", batch_size=4)
+    assert [l.fwd_s["cpu"] for l in g.layers] == [l.fwd_s["cpu"] for l in p.layers]
+    assert "wrote" in capsys.readouterr().out
+
+
+def test_no_measure_derives_every_gpu_type_from_counts_alone(tmp_path):
+    out = tmp_path / "r.json"
+    assert main(["profile", "--model", "resnet18", "--batch", "2", "--image-size", "64", "--no-measure",
+                 "--derive-for", "all", "--out", str(out)]) == 0
+    p = load_profile(out)
+    assert "titan-v" in p.gpu_types and "cpu" not in p.gpu_types
+    assert len(p.edges) > p.n_layers - 1                           # residual branches kept
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--model", "resnet05"], "--model: unknown model 'resnet05'; did you mean 'resnet50'"),
+    (["--model", "mlp", "--derive-for", "titan-x"], "--derive-for: unknown GPU type 'titan-x'; did you mean 'titan-rtx'?"),
+    (["--model", "mlp", "--no-measure"], "--no-measure needs --derive-for"),
+])
+def test_bad_arguments_are_one_line_errors(tmp_path, capsys, args, message):
+    assert main(["profile", *args, "--out", str(tmp_path / "x.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_cuda_requested_without_cuda_is_a_clear_error(tmp_path, capsys):
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is present")
+    assert main(["profile", "--model", "mlp", "--device", "cuda", "--out", str(tmp_path / "x.yaml")]) == 2
+    assert "CUDA is not available" in capsys.readouterr().err
+
+
+def test_hetsim_never_imports_torch_outside_the_profile_subcommand():
+    code = ("import sys, hetsim, hetsim.cli, hetsim.cli.profile, hetsim.derive, hetsim.profile; "
+            "assert 'torch' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("suffix", [".yaml", ".json"])
+def test_a_measured_and_derived_profile_round_trips_through_both_formats(tmp_path, suffix):
+    out = tmp_path / f"p{suffix}"
+    main(["profile", "--model", "squeezenet1_0", "--batch", "2", "--image-size", "64", "--repeats", "1",
+          "--warmup", "0", "--no-progress", "--derive-for", "titan-v", "--out", str(out)])
+    p = load_profile(out)
+    save_profile(p, tmp_path / f"again{suffix}")
+    assert load_profile(tmp_path / f"again{suffix}") == p
+    write_graph(p, tmp_path / "graph.txt", gpu_type="titan-v")
+    back = read_graph(tmp_path / "graph.txt", gpu_type="titan-v", batch_size=2)
+    assert back.edges == p.edges
+    assert [(l.kind, l.param_bytes, l.output_bytes, l.fwd_s["titan-v"], l.bwd_s["titan-v"]) for l in back.layers] \
+        == [(l.kind, l.param_bytes, l.output_bytes, l.fwd_s["titan-v"], l.bwd_s["titan-v"]) for l in p.layers]
