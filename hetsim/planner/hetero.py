@@ -87,30 +87,34 @@ def partition_ordered(profile: ModelProfile, gpus: list[GpuSlot], topology: Topo
     n, k = profile.n_layers, len(gpus)
     if k > n:
         raise PlanError(f"{profile.model}: {k} GPUs in one virtual worker but only {n} layers")
-    cuts = np.array([profile.cut_bytes(c) for c in range(n + 1)], dtype=float)
+    if "cuts" not in cache:
+        cache["cuts"] = np.array([profile.cut_bytes(c) for c in range(n + 1)], dtype=float)
     value = np.full(n + 1, np.inf)
     value[0] = 0.0
     choice = np.zeros((k, n + 1), dtype=np.int64)
     for s, gpu in enumerate(gpus):
-        t = _stage_matrix(profile, gpus, s, topology, cuts, cache)
-        flight = in_flight(schedule, k, s, nm)
-        key = ("limit", gpu.type.memory_bytes, flight, schedule, optimizer_state_copies)
-        if key not in cache:
-            cache[key] = _max_end(profile, gpu, flight, schedule, optimizer_state_copies)
-        limit = cache[key]
-        ends = np.arange(n + 1)
-        ok = (ends[None, :] > ends[:, None]) & (ends[None, :] <= limit[:, None])
-        ok &= ends[None, :] <= n - (k - 1 - s)           # leave a layer for every later GPU
-        cand = np.where(ok, np.maximum(value[:, None], t), np.inf)
-        choice[s] = np.argmin(cand, axis=0)
-        value = cand[choice[s], ends]
+        rows = np.flatnonzero(np.isfinite(value))          # where stage s can start
+        if not len(rows):
+            break
+        if rows[-1] - rows[0] + 1 == len(rows):            # a range: index by slice, without a copy
+            rows = slice(int(rows[0]), int(rows[-1]) + 1)
+        starts = np.arange(n + 1)[rows]
+        ends = np.arange(n - (k - 1 - s) + 1)              # leave a layer for every later GPU
+        limit = _limit(profile, gpu, in_flight(schedule, k, s, nm), schedule, optimizer_state_copies, cache)
+        cand = _stage_matrix(profile, gpus, s, topology, cache, rows, len(ends))
+        np.maximum(cand, value[rows][:, None], out=cand)
+        cand[(ends[None, :] <= starts[:, None]) | (ends[None, :] > limit[rows][:, None])] = np.inf
+        pick = np.argmin(cand, axis=0)
+        value = np.full(n + 1, np.inf)
+        value[ends] = cand[pick, ends]
+        choice[s, ends] = starts[pick]
     if not np.isfinite(value[n]):
         raise PlanError(_no_fit(profile, gpus, nm, schedule, optimizer_state_copies))
     bounds = [n]
     for s in reversed(range(k)):
         bounds.append(int(choice[s, bounds[-1]]))
     return _describe(profile, gpus, tuple(reversed(bounds)), topology, nm, schedule,
-                     optimizer_state_copies)
+                     optimizer_state_copies, cache)
 
 
 def _link_s(topology: Topology, src: GpuSlot, dst: GpuSlot, nbytes):
@@ -118,19 +122,33 @@ def _link_s(topology: Topology, src: GpuSlot, dst: GpuSlot, nbytes):
     return route.latency_s + nbytes / topology.bottleneck_Bps(src.id, dst.id)
 
 
-def _stage_matrix(profile, gpus, s, topology, cuts, cache) -> np.ndarray:
-    """t[i, j]: compute of layers [i, j) on GPU s plus receiving cut i and sending cut j."""
-    key = ("compute", gpus[s].type.name)
+def _compute(profile, gpu_type: str, cache) -> np.ndarray:
+    """c[i, j]: forward + backward seconds of layers [i, j) on one GPU type."""
+    key = ("compute", gpu_type)
     if key not in cache:
-        profile.require_gpu_type(key[1])
-        total = np.cumsum([0.0] + [l.fwd_s[key[1]] + l.bwd_s[key[1]] for l in profile.layers])
+        profile.require_gpu_type(gpu_type)
+        total = np.cumsum([0.0] + [l.fwd_s[gpu_type] + l.bwd_s[gpu_type] for l in profile.layers])
         cache[key] = total[None, :] - total[:, None]
-    t = cache[key]
+    return cache[key]
+
+
+def _stage_matrix(profile, gpus, s, topology, cache, rows, n_ends) -> np.ndarray:
+    """t[i, j] for start i in `rows` and end j < n_ends: compute of layers [i, j) on GPU s plus
+    receiving cut i and sending cut j."""
+    t = np.array(_compute(profile, gpus[s].type.name, cache)[rows, :n_ends])    # a copy to work in
+    cuts = cache["cuts"]
     if s > 0:
-        t = t + _link_s(topology, gpus[s - 1], gpus[s], cuts)[:, None]
+        t += _link_s(topology, gpus[s - 1], gpus[s], cuts[rows])[:, None]
     if s + 1 < len(gpus):
-        t = t + _link_s(topology, gpus[s], gpus[s + 1], cuts)[None, :]
+        t += _link_s(topology, gpus[s], gpus[s + 1], cuts[:n_ends])[None, :]
     return t
+
+
+def _limit(profile, gpu: GpuSlot, flight: int, schedule: str, copies: int, cache) -> np.ndarray:
+    key = ("limit", gpu.type.memory_bytes, flight, schedule in ASYNC_SCHEDULES, copies)
+    if key not in cache:
+        cache[key] = _max_end(profile, gpu, flight, schedule, copies)
+    return cache[key]
 
 
 def _max_end(profile, gpu: GpuSlot, flight: int, schedule: str, copies: int) -> np.ndarray:
@@ -152,9 +170,9 @@ def _max_end(profile, gpu: GpuSlot, flight: int, schedule: str, copies: int) -> 
     return out
 
 
-def _describe(profile, gpus, bounds, topology, nm, schedule, copies) -> VwPartition:
+def _describe(profile, gpus, bounds, topology, nm, schedule, copies, cache) -> VwPartition:
     k = len(gpus)
-    compute = tuple(sum(profile.stage_times(g.type.name, bounds[s], bounds[s + 1]))
+    compute = tuple(float(_compute(profile, g.type.name, cache)[bounds[s], bounds[s + 1]])
                     for s, g in enumerate(gpus))
     nbytes = tuple(profile.cut_bytes(bounds[s + 1]) for s in range(k - 1))
     transfer = tuple(float(_link_s(topology, gpus[s], gpus[s + 1], nbytes[s])) for s in range(k - 1))
@@ -229,7 +247,7 @@ def _assign(order: tuple, pools: dict) -> list[GpuSlot]:
 
 def partition_vw(profile: ModelProfile, gpus: list[GpuSlot], topology: Topology, *, nm: int,
                  schedule: str = "hetpipe", optimizer_state_copies: int = 1,
-                 max_orders: int = 720) -> VwPartition:
+                 max_orders: int = 720, cache: dict | None = None) -> VwPartition:
     """The best GPU order and split for one virtual worker; ties keep the first order tried.
 
     Orders are enumerated (`gpu_orders`) while there are at most `max_orders`; beyond that, node
@@ -237,7 +255,7 @@ def partition_vw(profile: ModelProfile, gpus: list[GpuSlot], topology: Topology,
     and the slowest-first order (a local search, not a guaranteed optimum).
     """
     tried: dict[tuple, VwPartition | PlanError] = {}
-    cache: dict = {}
+    cache = {} if cache is None else cache              # tables of this profile, see partition_ordered
 
     def evaluate(order: list[GpuSlot]):
         key = tuple(g.id for g in order)
