@@ -104,6 +104,6 @@ def format_ranking(result, cluster, batch: int, rows: int = 15) -> str:
     lines.append("\n* simulated, ~ closed-form estimate; partition: GPU type:first-end layer of each stage "
                  "of vw0; staleness: local (Nm-1) / global bound (D + pull offset)")
     if infeasible:
-        lines.append(f"{len(infeasible)} candidates cannot run, e.g. {infeasible[0].policy} Nm={infeasible[0].nm}: "
+        lines.append(f"{len(infeasible)} candidate{'s' if len(infeasible) > 1 else ''} cannot run, e.g. {infeasible[0].policy} Nm={infeasible[0].nm}: "
                      f"{infeasible[0].reason}")
     return "\n".join(lines)

@@ -63,10 +63,16 @@ class VwPartition:
 
 
 def in_flight(schedule: str, n_stages: int, stage: int, nm: int) -> int:
-    """Minibatches a stage may hold at once: Nm for HetPipe and GPipe (an upper bound of what the
-    schedule IR reaches), min(Nm, k - s) for PipeDream's 1F1B warm-up."""
+    """Minibatches a stage may hold at once, an upper bound of what the schedule IR reaches.
+
+    1f1b / 1f1b-flush: min(Nm, k - s) (PipeDream's warm-up). hetpipe: Nm, except on the last stage,
+    whose backward is ready the instant its forward ends and runs first (backward wins ties), so it
+    holds one. gpipe: Nm.
+    """
     if schedule in ("1f1b", "1f1b-flush"):
         return min(nm, n_stages - stage)
+    if schedule == "hetpipe" and stage == n_stages - 1:
+        return 1
     return nm
 
 
@@ -81,30 +87,34 @@ def partition_ordered(profile: ModelProfile, gpus: list[GpuSlot], topology: Topo
     n, k = profile.n_layers, len(gpus)
     if k > n:
         raise PlanError(f"{profile.model}: {k} GPUs in one virtual worker but only {n} layers")
-    cuts = np.array([profile.cut_bytes(c) for c in range(n + 1)], dtype=float)
+    if "cuts" not in cache:
+        cache["cuts"] = np.array([profile.cut_bytes(c) for c in range(n + 1)], dtype=float)
     value = np.full(n + 1, np.inf)
     value[0] = 0.0
     choice = np.zeros((k, n + 1), dtype=np.int64)
     for s, gpu in enumerate(gpus):
-        t = _stage_matrix(profile, gpus, s, topology, cuts, cache)
-        flight = in_flight(schedule, k, s, nm)
-        key = ("limit", gpu.type.memory_bytes, flight, schedule, optimizer_state_copies)
-        if key not in cache:
-            cache[key] = _max_end(profile, gpu, flight, schedule, optimizer_state_copies)
-        limit = cache[key]
-        ends = np.arange(n + 1)
-        ok = (ends[None, :] > ends[:, None]) & (ends[None, :] <= limit[:, None])
-        ok &= ends[None, :] <= n - (k - 1 - s)           # leave a layer for every later GPU
-        cand = np.where(ok, np.maximum(value[:, None], t), np.inf)
-        choice[s] = np.argmin(cand, axis=0)
-        value = cand[choice[s], ends]
+        rows = np.flatnonzero(np.isfinite(value))          # where stage s can start
+        if not len(rows):
+            break
+        if rows[-1] - rows[0] + 1 == len(rows):            # a range: index by slice, without a copy
+            rows = slice(int(rows[0]), int(rows[-1]) + 1)
+        starts = np.arange(n + 1)[rows]
+        ends = np.arange(n - (k - 1 - s) + 1)              # leave a layer for every later GPU
+        limit = _limit(profile, gpu, in_flight(schedule, k, s, nm), schedule, optimizer_state_copies, cache)
+        cand = _stage_matrix(profile, gpus, s, topology, cache, rows, len(ends))
+        np.maximum(cand, value[rows][:, None], out=cand)
+        cand[(ends[None, :] <= starts[:, None]) | (ends[None, :] > limit[rows][:, None])] = np.inf
+        pick = np.argmin(cand, axis=0)
+        value = np.full(n + 1, np.inf)
+        value[ends] = cand[pick, ends]
+        choice[s, ends] = starts[pick]
     if not np.isfinite(value[n]):
         raise PlanError(_no_fit(profile, gpus, nm, schedule, optimizer_state_copies))
     bounds = [n]
     for s in reversed(range(k)):
         bounds.append(int(choice[s, bounds[-1]]))
     return _describe(profile, gpus, tuple(reversed(bounds)), topology, nm, schedule,
-                     optimizer_state_copies)
+                     optimizer_state_copies, cache)
 
 
 def _link_s(topology: Topology, src: GpuSlot, dst: GpuSlot, nbytes):
@@ -112,19 +122,33 @@ def _link_s(topology: Topology, src: GpuSlot, dst: GpuSlot, nbytes):
     return route.latency_s + nbytes / topology.bottleneck_Bps(src.id, dst.id)
 
 
-def _stage_matrix(profile, gpus, s, topology, cuts, cache) -> np.ndarray:
-    """t[i, j]: compute of layers [i, j) on GPU s plus receiving cut i and sending cut j."""
-    key = ("compute", gpus[s].type.name)
+def _compute(profile, gpu_type: str, cache) -> np.ndarray:
+    """c[i, j]: forward + backward seconds of layers [i, j) on one GPU type."""
+    key = ("compute", gpu_type)
     if key not in cache:
-        profile.require_gpu_type(key[1])
-        total = np.cumsum([0.0] + [l.fwd_s[key[1]] + l.bwd_s[key[1]] for l in profile.layers])
+        profile.require_gpu_type(gpu_type)
+        total = np.cumsum([0.0] + [l.fwd_s[gpu_type] + l.bwd_s[gpu_type] for l in profile.layers])
         cache[key] = total[None, :] - total[:, None]
-    t = cache[key]
+    return cache[key]
+
+
+def _stage_matrix(profile, gpus, s, topology, cache, rows, n_ends) -> np.ndarray:
+    """t[i, j] for start i in `rows` and end j < n_ends: compute of layers [i, j) on GPU s plus
+    receiving cut i and sending cut j."""
+    t = np.array(_compute(profile, gpus[s].type.name, cache)[rows, :n_ends])    # a copy to work in
+    cuts = cache["cuts"]
     if s > 0:
-        t = t + _link_s(topology, gpus[s - 1], gpus[s], cuts)[:, None]
+        t += _link_s(topology, gpus[s - 1], gpus[s], cuts[rows])[:, None]
     if s + 1 < len(gpus):
-        t = t + _link_s(topology, gpus[s], gpus[s + 1], cuts)[None, :]
+        t += _link_s(topology, gpus[s], gpus[s + 1], cuts[:n_ends])[None, :]
     return t
+
+
+def _limit(profile, gpu: GpuSlot, flight: int, schedule: str, copies: int, cache) -> np.ndarray:
+    key = ("limit", gpu.type.memory_bytes, flight, schedule in ASYNC_SCHEDULES, copies)
+    if key not in cache:
+        cache[key] = _max_end(profile, gpu, flight, schedule, copies)
+    return cache[key]
 
 
 def _max_end(profile, gpu: GpuSlot, flight: int, schedule: str, copies: int) -> np.ndarray:
@@ -146,9 +170,9 @@ def _max_end(profile, gpu: GpuSlot, flight: int, schedule: str, copies: int) -> 
     return out
 
 
-def _describe(profile, gpus, bounds, topology, nm, schedule, copies) -> VwPartition:
+def _describe(profile, gpus, bounds, topology, nm, schedule, copies, cache) -> VwPartition:
     k = len(gpus)
-    compute = tuple(sum(profile.stage_times(g.type.name, bounds[s], bounds[s + 1]))
+    compute = tuple(float(_compute(profile, g.type.name, cache)[bounds[s], bounds[s + 1]])
                     for s, g in enumerate(gpus))
     nbytes = tuple(profile.cut_bytes(bounds[s + 1]) for s in range(k - 1))
     transfer = tuple(float(_link_s(topology, gpus[s], gpus[s + 1], nbytes[s])) for s in range(k - 1))
@@ -173,11 +197,11 @@ def _no_fit(profile, gpus, nm, schedule, copies) -> str:
             f"GiB, these GPUs have {have / GIB:.1f} GiB together); lower Nm or add GPUs")
 
 
-def gpu_orders(gpus: list[GpuSlot], max_orders: int = 720) -> list[list[GpuSlot]]:
+def gpu_orders(gpus: list[GpuSlot], max_orders: int = 720) -> list[list[GpuSlot]] | None:
     """Distinct orders of the GPUs, GPUs with the same type and node being interchangeable.
 
-    With more than `max_orders` of them, only orders that keep each node's GPUs together are tried
-    (activations then cross the network once per node boundary).
+    With more than `max_orders` of them, only orders that keep each node's GPUs together (activations
+    then cross the network once per node boundary); None if even those are too many.
     """
     signature = lambda g: (g.type.name, g.node)
     pools: dict[tuple, list[GpuSlot]] = {}
@@ -187,12 +211,17 @@ def gpu_orders(gpus: list[GpuSlot], max_orders: int = 720) -> list[list[GpuSlot]
     n_orders = math.factorial(len(gpus)) // math.prod(math.factorial(c) for c in counts)
     if n_orders <= max_orders:
         return [_assign(order, pools) for order in _multiset_orders(sorted(pools), counts)]
+    blocks = _node_blocks(gpus)
+    if math.factorial(len(blocks)) > max_orders:
+        return None
+    return [[g for block in perm for g in block] for perm in itertools.permutations(blocks)]
+
+
+def _node_blocks(gpus: list[GpuSlot]) -> list[list[GpuSlot]]:
     nodes: dict[str, list[GpuSlot]] = {}
     for g in sorted(gpus, key=lambda g: (g.node, g.type.name, g.index)):
         nodes.setdefault(g.node, []).append(g)
-    blocks = [nodes[name] for name in sorted(nodes)]
-    return [[g for block in perm for g in block] for perm in itertools.islice(
-        itertools.permutations(blocks), max_orders)]
+    return [nodes[name] for name in sorted(nodes)]
 
 
 def _multiset_orders(keys: list, counts: list[int]):
@@ -218,18 +247,51 @@ def _assign(order: tuple, pools: dict) -> list[GpuSlot]:
 
 def partition_vw(profile: ModelProfile, gpus: list[GpuSlot], topology: Topology, *, nm: int,
                  schedule: str = "hetpipe", optimizer_state_copies: int = 1,
-                 max_orders: int = 720) -> VwPartition:
-    """The best GPU order and split for one virtual worker; ties keep the first order tried."""
-    best, error, cache = None, None, {}
-    for order in gpu_orders(gpus, max_orders):
-        try:
-            part = partition_ordered(profile, order, topology, nm=nm, schedule=schedule,
-                                     optimizer_state_copies=optimizer_state_copies, cache=cache)
-        except PlanError as exc:
-            error = error or exc
-            continue
-        if best is None or part.bottleneck_s < best.bottleneck_s:
-            best = part
-    if best is None:
-        raise error
-    return best
+                 max_orders: int = 720, cache: dict | None = None) -> VwPartition:
+    """The best GPU order and split for one virtual worker; ties keep the first order tried.
+
+    Orders are enumerated (`gpu_orders`) while there are at most `max_orders`; beyond that, node
+    blocks are reordered by swapping pairs while the slowest stage improves, from the fastest-first
+    and the slowest-first order (a local search, not a guaranteed optimum).
+    """
+    tried: dict[tuple, VwPartition | PlanError] = {}
+    cache = {} if cache is None else cache              # tables of this profile, see partition_ordered
+
+    def evaluate(order: list[GpuSlot]):
+        key = tuple(g.id for g in order)
+        if key not in tried:
+            try:
+                tried[key] = partition_ordered(profile, order, topology, nm=nm, schedule=schedule,
+                                               optimizer_state_copies=optimizer_state_copies, cache=cache)
+            except PlanError as exc:
+                tried[key] = exc
+        return tried[key]
+
+    orders = gpu_orders(gpus, max_orders)
+    for order in orders if orders is not None else []:
+        evaluate(order)
+    if orders is None:
+        blocks = _node_blocks(gpus)
+        speed = lambda b: -sum(g.type.peak_fp32_flops for g in b)
+        for seed in (sorted(blocks, key=speed), sorted(blocks, key=speed)[::-1]):
+            _swap_search(seed, evaluate)
+    found = [p for p in tried.values() if isinstance(p, VwPartition)]
+    if not found:
+        raise next(iter(tried.values()))
+    return min(found, key=lambda p: p.bottleneck_s)
+
+
+def _swap_search(blocks: list[list[GpuSlot]], evaluate) -> None:
+    """Swap the pair of node blocks that most lowers the slowest stage, until no swap does."""
+    score = lambda bs: getattr(evaluate([g for b in bs for g in b]), "bottleneck_s", math.inf)
+    current = score(blocks)
+    while True:
+        moves = []
+        for i, j in itertools.combinations(range(len(blocks)), 2):
+            trial = list(blocks)
+            trial[i], trial[j] = trial[j], trial[i]
+            moves.append((score(trial), i, j, trial))
+        best = min(moves, key=lambda m: m[:3], default=None)
+        if best is None or best[0] >= current:
+            return
+        current, blocks = best[0], best[3]

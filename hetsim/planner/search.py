@@ -173,7 +173,8 @@ def _partition(cluster, profile, topology, group, nm, schedule, cache) -> VwPart
     key = (tuple(sorted((s.type.name, s.node) for s in slots)), nm, schedule)
     if key not in cache:
         try:
-            cache[key] = partition_vw(profile, slots, topology, nm=nm, schedule=schedule)
+            cache[key] = partition_vw(profile, slots, topology, nm=nm, schedule=schedule,
+                                      cache=cache.setdefault("tables", {}))
         except PlanError as exc:
             cache[key] = exc
     found = cache[key]

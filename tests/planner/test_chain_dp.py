@@ -86,3 +86,33 @@ def test_hierarchy_replicates_inside_fast_servers_and_pipelines_across_slow_link
 def test_zero_gpus_is_an_error():
     with pytest.raises(PlanError, match="n_gpus"):
         pipedream_partition(chain_costs([1], [0], [0, 0]), 0, bandwidth_Bps=1e9)
+
+
+def brute_force_two_levels(compute, params, cuts, inner, outer):
+    """Outer stages of r whole servers each; a server's time on a range is the inner optimum."""
+    (g1, b1), (g2, b2) = inner, outer
+    n = len(compute)
+    best = np.inf
+    for k in range(1, n + 1):
+        for split in itertools.combinations(range(1, n), k - 1):
+            bounds = (0, *split, n)
+            for reps in itertools.product(range(1, g2 + 1), repeat=k):
+                if sum(reps) > g2:
+                    continue
+                t = []
+                for a, b, r in zip(bounds, bounds[1:], reps):
+                    group = brute_force(compute[a:b], params[a:b], [0.0] + list(cuts[a + 1:b]) + [0.0], g1, b1)
+                    t.append(max(group, 4 * (r - 1) * sum(params[a:b]) / (r * b2)) / r)
+                t += [2 * cuts[c] / b2 for c in split]
+                best = min(best, max(t))
+    return best
+
+
+@settings(max_examples=60, deadline=None)
+@given(chain=chains.filter(lambda c: len(c[0]) <= 5), g1=st.integers(1, 2), g2=st.integers(1, 2),
+       b1=st.sampled_from([1e9, 1e10]), b2=st.sampled_from([1e8, 1e9]))
+def test_two_level_hierarchy_equals_brute_force(chain, g1, g2, b1, b2):
+    compute, params, cuts = chain
+    part = hierarchical_partition(chain_costs(compute, params, cuts), [(g1, b1), (g2, b2)])
+    assert part.bottleneck_s == pytest.approx(
+        brute_force_two_levels(compute, params, cuts, (g1, b1), (g2, b2)), rel=1e-9, abs=1e-12)

@@ -121,3 +121,29 @@ def test_whimpy_gpus_hold_together_what_none_holds_alone():
     assert part.boundaries == (0, 2, 4, 6, 8)
     with pytest.raises(PlanError, match=r"does not fit .*lower Nm or add GPUs"):
         partition_vw(p, list(c.gpus)[:2], topology, nm=2)
+
+
+@settings(max_examples=60, deadline=None)
+@given(k=st.integers(1, 5), nm=st.integers(1, 6),
+       costs=st.lists(st.tuples(st.floats(0.01, 1.0), st.floats(0.01, 2.0), st.floats(0.0, 0.5)),
+                      min_size=5, max_size=5),
+       schedule=st.sampled_from(["hetpipe", "1f1b", "1f1b-flush", "gpipe"]))
+def test_in_flight_bounds_what_the_schedule_holds(k, nm, costs, schedule):
+    from hetsim.schedule import build_schedule
+    built = build_schedule(schedule, k, nm, 4, "none", tuple(costs[:k]) if schedule == "hetpipe" else None)
+    for s in range(k):
+        assert built.in_flight(s) <= in_flight(schedule, k, s, nm)
+
+
+def test_beyond_max_orders_a_swap_search_still_finds_a_balanced_order():
+    # Four single-GPU nodes, types alternating: 24 orders; with max_orders=5 neither the orders nor
+    # the 4! node-block orders are enumerated, and the swap search must still match the optimum here.
+    types = [FAST, SLOW, FAST, SLOW]
+    c = cluster([1, 1, 1, 1], types=types, intra_Bps=8e9, net_Bps=1e9, latency_s=1e-5)
+    p = two_type_profile([0.1, 0.3, 0.2, 0.4, 0.1, 0.2, 0.3, 0.1], [0.3, 0.5, 0.6, 0.5, 0.4, 0.6, 0.3, 0.2],
+                         [2**20] * 8, [2**24, 2**22, 2**25, 2**20, 2**23, 2**21, 2**20, 2**22])
+    topology = Topology(c)
+    assert gpu_orders(list(c.gpus), max_orders=5) is None
+    exhaustive = partition_vw(p, list(c.gpus), topology, nm=2)
+    local = partition_vw(p, list(c.gpus), topology, nm=2, max_orders=5)
+    assert local.bottleneck_s == pytest.approx(exhaustive.bottleneck_s)

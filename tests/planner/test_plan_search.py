@@ -1,7 +1,5 @@
 """Search: closed forms, the top-ranked plan holds up in simulation, determinism, "does not fit"."""
 
-from dataclasses import replace
-
 import pytest
 
 from conftest import cluster, gpu_type
