@@ -100,8 +100,9 @@ class LayerGraph:
 
 
 def layer_graph(model: nn.Module, leaf_modules: tuple[type, ...] = ()) -> LayerGraph:
-    """Trace `model` into a LayerGraph. `leaf_modules` stay whole (e.g. a transformer block)."""
-    graph = _Tracer(leaf_modules).trace(model)
+    """Trace `model` into a LayerGraph. `leaf_modules` stay whole (e.g. a transformer block); a model
+    may name its own in a `leaf_modules` attribute, so every caller gets the same layers."""
+    graph = _Tracer(tuple(leaf_modules) + tuple(getattr(model, "leaf_modules", ()))).trace(model)
     modules = dict(model.named_modules())
     index: dict[fx.Node, int] = {}
     names, kinds, preds, layers = [], [], [], []

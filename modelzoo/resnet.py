@@ -86,6 +86,8 @@ class ResNet(nn.Module):
         return self.fc(torch.flatten(self.pool(self.blocks(self.stem(x))), 1))
 
 
-def resnet(name: str, num_classes: int = 1000) -> ResNet:
+def resnet(name: str, num_classes: int = 1000, image_size: int = 224) -> ResNet:
     block, counts, groups, width = SPECS[name]
-    return ResNet(block, counts, groups, width, num_classes)
+    model = ResNet(block, counts, groups, width, num_classes)
+    model.input_shape = (3, image_size, image_size)     # any size >= 32 works (adaptive pooling)
+    return model

@@ -28,6 +28,7 @@ class VGG(nn.Module):
                 layers += [nn.Conv2d(channels, v, 3, padding=1), nn.ReLU()]
                 channels = v
         self.features = nn.Sequential(*layers)
+        self.input_shape = (3, image_size, image_size)
         side = image_size // 32
         self.classifier = nn.Sequential(
             nn.Linear(channels * side * side, 4096), nn.ReLU(), nn.Dropout(),

@@ -1,0 +1,169 @@
+"""Measured layer profiles: forward and backward seconds of every layer of a LayerGraph on this device.
+
+    from modelzoo.profiler import measure_profile
+    profile = measure_profile("resnet50", batch=8, device="cpu", threads=2)   # hetsim.profile.ModelProfile
+
+Method. Each pass runs one forward of every layer in layer order (training mode, autograd recording),
+then one backward of every layer in reverse order, timing each layer's call on its own:
+- every layer's input is its predecessors' outputs *detached* into leaves that require gradients
+  (as at a pipeline stage boundary), so `torch.autograd.backward(output, grad)` of one layer computes
+  exactly that layer's input and weight gradients and stops; the output gradient is ones (its values
+  do not change the cost). The model's own input needs no gradient, as in training.
+- parameter gradients are None before the backward (as `zero_grad()` leaves them), so a backward
+  writes them rather than adding.
+- running the layers in order, each once per pass, keeps caches and the allocator as in a real
+  training step (timing one layer many times in a row flatters small layers by ~25% on CPU).
+`warmup` untimed passes, then the median of `repeats` passes per layer. CPU calls are timed with
+time.perf_counter; CUDA calls with a pair of CUDA events each, read after one synchronisation at
+the end of the pass. Layer i of the profile is layer i of `layer_graph(model)`, with the same edges.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+import torch
+from torch import nn
+
+from hetsim.profile import LayerProfile, ModelProfile
+from modelzoo import MODEL_INPUT, LayerGraph, build, layer_graph
+
+__all__ = ["measure_profile", "measure_graph_profile", "whole_model_forward_s"]
+
+
+def measure_profile(model: str, batch: int, *, device: str = "cpu", device_type: str = "cpu",
+                    repeats: int = 5, warmup: int = 2, threads: int | None = None,
+                    progress: bool = False, **model_kwargs) -> ModelProfile:
+    """Measure a modelzoo model (see module docstring); times are keyed by `device_type`."""
+    module, example = build(model, batch=batch, device=device, **model_kwargs)
+    graph = layer_graph(module)
+    return measure_graph_profile(graph, example, model=model, device_type=device_type, repeats=repeats,
+                                 warmup=warmup, threads=threads, progress=progress)
+
+
+def measure_graph_profile(graph: LayerGraph, example: torch.Tensor, *, model: str = "model",
+                          device_type: str = "cpu", repeats: int = 5, warmup: int = 2,
+                          threads: int | None = None, progress: bool = False) -> ModelProfile:
+    """Measure every layer of `graph` fed with `example` (a whole minibatch) on example's device."""
+    if repeats < 1 or warmup < 0:
+        raise ValueError(f"repeats must be >= 1 and warmup >= 0 (got {repeats}, {warmup})")
+    n = len(graph)
+    fwd: list[list[float]] = [[] for _ in range(n)]
+    bwd: list[list[float]] = [[] for _ in range(n)]
+    with _threads(threads):
+        graph.layers.train()
+        passes = range(warmup + repeats)
+        if progress:
+            from tqdm import tqdm
+            passes = tqdm(passes, desc=f"profiling {model} ({n} layers)", unit="pass")
+        for k in passes:
+            f, b, outputs = _one_pass(graph, example)
+            if k >= warmup:
+                for i in range(n):
+                    fwd[i].append(f[i])
+                    bwd[i].append(b[i])
+        source = (f"measured by modelzoo.profiler on {_device_name(example.device)} "
+                  f"(torch {torch.__version__}, {torch.get_num_threads()} threads, "
+                  f"median of {repeats} passes after {warmup} warm-up)")
+    layers = tuple(LayerProfile(name=graph.names[i], kind=graph.kinds[i], param_bytes=graph.param_bytes(i),
+                                output_bytes=_nbytes(outputs[i]),
+                                fwd_s={device_type: statistics.median(fwd[i])},
+                                bwd_s={device_type: statistics.median(bwd[i])}) for i in range(n))
+    return ModelProfile(model=model, batch_size=int(example.shape[0]), layers=layers,
+                        edges=tuple(graph.edges), input_bytes=_nbytes(example), source=source)
+
+
+def _one_pass(graph: LayerGraph, example: torch.Tensor) -> tuple[list[float], list[float], list]:
+    """One forward over the layers in order, then one backward in reverse order, each layer timed
+    alone; every layer's input is a detached leaf, so a backward stops at its own layer."""
+    clock = _Clock(example.device)
+    n = len(graph)
+    leaves: dict[int, torch.Tensor] = {MODEL_INPUT: example}
+    outputs: list = [None] * n
+    for i in range(n):
+        inputs = [leaves[p] for p in graph.preds[i]]
+        outputs[i] = clock.time(i, lambda: graph.layers[i](*inputs))
+        out = outputs[i].detach()
+        leaves[i] = out.requires_grad_(True) if out.is_floating_point() else out
+    fwd = clock.seconds(n)
+    for p in graph.layers.parameters():
+        p.grad = None                 # as zero_grad() leaves them: the backward writes, not adds
+    clock = _Clock(example.device)
+    for i in reversed(range(n)):
+        out = outputs[i]
+        if isinstance(out, torch.Tensor) and out.requires_grad:
+            grad = torch.ones_like(out)
+            clock.time(i, lambda: torch.autograd.backward(out, grad))
+    return fwd, clock.seconds(n), outputs
+
+
+class _Clock:
+    """Per-layer timings: perf_counter on CPU; on CUDA, event pairs read after one final sync, so
+    timing adds no synchronisation between layers."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.marks: dict[int, tuple] = {}
+
+    def time(self, i: int, fn: Callable[[], object]):
+        if self.cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            result = fn()
+            end.record()
+            self.marks[i] = (start, end)
+            return result
+        t0 = time.perf_counter()
+        result = fn()
+        self.marks[i] = (t0, time.perf_counter())
+        return result
+
+    def seconds(self, n: int) -> list[float]:
+        if self.cuda:
+            torch.cuda.synchronize()
+            return [self.marks[i][0].elapsed_time(self.marks[i][1]) / 1000.0 if i in self.marks else 0.0
+                    for i in range(n)]
+        return [self.marks[i][1] - self.marks[i][0] if i in self.marks else 0.0 for i in range(n)]
+
+
+def whole_model_forward_s(graph: LayerGraph, example: torch.Tensor, *, repeats: int = 5, warmup: int = 2,
+                          threads: int | None = None) -> float:
+    """Median seconds of one forward of the whole graph (training mode, autograd recording), timed
+    as one call: what the per-layer forward times should add up to."""
+    samples = []
+    with _threads(threads):
+        graph.layers.train()
+        for k in range(warmup + repeats):
+            clock = _Clock(example.device)
+            clock.time(0, lambda: graph.run(0, len(graph), {MODEL_INPUT: example}))
+            if k >= warmup:
+                samples.append(clock.seconds(1)[0])
+    return statistics.median(samples)
+
+
+def _nbytes(x) -> int:
+    if isinstance(x, torch.Tensor):
+        return x.numel() * x.element_size()
+    if isinstance(x, (list, tuple)):
+        return sum(_nbytes(t) for t in x)
+    return 0
+
+
+def _device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"{device.type} ({torch.backends.cpu.get_cpu_capability()})"
+
+
+@contextmanager
+def _threads(threads: int | None) -> Iterator[None]:
+    previous = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)

@@ -1,0 +1,51 @@
+import pytest
+import torch
+
+from modelzoo import build, layer_graph
+from modelzoo.profiler import measure_graph_profile, measure_profile, whole_model_forward_s
+
+
+def test_profile_layers_are_the_layer_graph_in_order_with_its_edges():
+    graph = layer_graph(build("resnet18", image_size=32)[0])
+    profile = measure_profile("resnet18", 2, image_size=32, repeats=1, warmup=0, device_type="my-cpu")
+    assert [l.name for l in profile.layers] == graph.names
+    assert [l.kind for l in profile.layers] == graph.kinds
+    assert list(profile.edges) == graph.edges
+    assert profile.gpu_types == {"my-cpu"} and profile.batch_size == 2
+
+
+def test_parameter_bytes_add_up_to_four_bytes_per_parameter_and_outputs_are_whole_minibatch():
+    model, x = build("mlp", batch=8, hidden=32, depth=2, in_features=16)
+    profile = measure_graph_profile(layer_graph(model), x, model="mlp", repeats=1, warmup=0)
+    assert profile.param_bytes == 4 * sum(p.numel() for p in model.parameters())
+    assert [l.output_bytes for l in profile.layers] == [8 * 32 * 4] * 4 + [8 * 10 * 4]
+    assert profile.input_bytes == 8 * 16 * 4
+
+
+def test_layers_with_weights_have_positive_backward_time():
+    profile = measure_profile("vgg11", 1, image_size=32, repeats=1, warmup=0)
+    for layer in profile.layers:
+        assert layer.fwd_s["cpu"] > 0
+        if layer.param_bytes:
+            assert layer.bwd_s["cpu"] > 0
+
+
+def test_threads_are_set_for_the_measurement_and_restored():
+    before = torch.get_num_threads()
+    profile = measure_profile("mlp", 4, threads=1, repeats=1, warmup=0)
+    assert "1 threads" in profile.source
+    assert torch.get_num_threads() == before
+
+
+def test_sum_of_layer_forward_times_is_within_15_percent_of_a_whole_model_forward():
+    model, x = build("vgg11", batch=4, image_size=64)
+    graph = layer_graph(model)
+    profile = measure_graph_profile(graph, x, repeats=5, warmup=1, threads=1)
+    layers_s = sum(l.fwd_s["cpu"] for l in profile.layers)
+    whole_s = whole_model_forward_s(graph, x, repeats=5, warmup=1, threads=1)
+    assert layers_s == pytest.approx(whole_s, rel=0.15)
+
+
+def test_bad_repeat_counts_are_rejected():
+    with pytest.raises(ValueError, match="repeats"):
+        measure_profile("mlp", 2, repeats=0)

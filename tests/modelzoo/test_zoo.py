@@ -1,0 +1,71 @@
+"""Every model in the zoo: traceable, cut anywhere into stages that reproduce the whole model."""
+
+import pytest
+import torch
+
+from modelzoo import MODEL_INPUT, MODELS, build, layer_graph
+
+# Small inputs keep the suite fast; each is the smallest size the model's pooling allows.
+SMALL = {"inception_v3": {"image_size": 75}, "gpt2-small": {"n_layer": 2, "seq_len": 16, "vocab_size": 100},
+         "gpt2-medium": {"n_layer": 2, "seq_len": 16, "vocab_size": 100}, "mlp": {}}
+
+
+def small(name: str) -> dict:
+    return SMALL.get(name, {"image_size": 64})
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_stages_run_in_turn_equal_the_whole_model(name):
+    torch.manual_seed(0)
+    model, x = build(name, batch=2, **small(name))
+    model.eval()
+    graph = layer_graph(model)
+    n = len(graph)
+    cuts = sorted({0, 1, n // 3, n // 2, n - 1, n})
+    boundary = {MODEL_INPUT: x}
+    with torch.no_grad():
+        for lo, hi in zip(cuts, cuts[1:]):
+            boundary = graph.run(lo, hi, boundary)
+        whole = model(x)
+    assert torch.allclose(boundary[n - 1], whole, atol=1e-5)
+    assert sum(graph.param_bytes(i) for i in range(n)) == 4 * sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("name,params", [
+    ("alexnet", 61_100_840), ("squeezenet1_0", 1_248_424), ("densenet121", 7_978_856),
+    ("inception_v3", 23_834_568),                 # torchvision, aux_logits=False
+    ("resnet18", 11_689_512), ("resnet101", 44_549_160), ("resnext101", 88_791_336),
+    # GPT-2 small is 124,439,808 with the head tied to the token embedding; untied adds 50257 x 768.
+    ("gpt2-small", 124_439_808 + 50257 * 768),
+])
+def test_parameter_counts_match_the_published_models(name, params):
+    model = build(name, device="meta")[0]
+    graph = layer_graph(model)
+    assert sum(graph.param_bytes(i) for i in range(len(graph))) == params * 4
+
+
+def test_gpt_blocks_stay_whole_layers_and_take_token_ids():
+    model, x = build("gpt2-medium", batch=3, n_layer=5, seq_len=8, vocab_size=50)
+    graph = layer_graph(model)
+    assert graph.kinds == ["Embeddings"] + ["Block"] * 5 + ["LayerNorm", "Linear"]
+    assert x.dtype == torch.int64 and x.shape == (3, 8) and int(x.max()) < 50
+    assert model(x).shape == (3, 8, 50)
+
+
+def test_branchy_models_keep_their_dag():
+    for name in ("inception_v3", "densenet121", "squeezenet1_0"):
+        graph = layer_graph(build(name, device="meta")[0])
+        widths = [len(graph.crossing(c)) for c in range(1, len(graph))]
+        assert max(widths) > 1, name                     # some cut carries several tensors
+        assert any(dst - src > 1 for src, dst in graph.edges), name
+
+
+def test_unknown_model_names_suggest_close_ones():
+    with pytest.raises(KeyError, match="did you mean 'resnet50'"):
+        build("resnet05")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
+def test_models_build_and_run_on_cuda():
+    model, x = build("resnet18", batch=2, device="cuda", image_size=64)
+    assert model(x).is_cuda
