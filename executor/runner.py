@@ -99,10 +99,9 @@ class StageRank:
     def _changed(self, wave: int, name: str, change) -> None:
         """Apply a weight change; under WSP remember it as part of the wave's update to push.
         Optimiser time is its own category: the simulator counts only forwards and backwards."""
-        before = self.model.flat() if self.wsp is not None else None
-        self._compute(name, change, "optimizer")
+        deltas = self._compute(name, change, "optimizer")
         if self.wsp is not None:
-            self.wsp.record(wave, self.model.flat() - before)
+            self.wsp.record(wave, deltas)
 
     def update(self, mb: int) -> None:
         self._changed(mb // self.nm, f"U{mb}", lambda: self.model.update(mb))

@@ -63,6 +63,7 @@ class StageModel:
         # (mb, version at forward, version the backward used, version current at backward)
         self.versions: list[tuple[int, int, int, int]] = []
         self._ptr_version: dict[int, int] = {}
+        self.track_deltas = False         # set under WSP: updates return their weight changes
         self.peak_versions = 1            # most weight versions alive at once (current + stashes)
         self._mark()
 
@@ -121,15 +122,16 @@ class StageModel:
             self._acc = [a + g for a, g in zip(self._acc, grads)]
         self._acc_count += 1
 
-    def update(self, mb: int) -> None:
-        """Asynchronous schedules: apply minibatch `mb`'s gradients to the newest weights."""
-        self._apply(self.grads.pop(mb))
+    def update(self, mb: int) -> list[torch.Tensor]:
+        """Asynchronous schedules: apply minibatch `mb`'s gradients to the newest weights.
+        Returns the change of every weight tensor."""
+        return self._apply(self.grads.pop(mb))
 
-    def step(self) -> None:
-        """Flush schedules: one step with the mean gradient of the wave."""
+    def step(self) -> list[torch.Tensor]:
+        """Flush schedules: one step with the mean gradient of the wave; returns the weight changes."""
         grads = [a / self._acc_count for a in self._acc]
         self._acc, self._acc_count = None, 0
-        self._apply(grads)
+        return self._apply(grads)
 
     def wave_grads(self) -> list[torch.Tensor]:
         return self._acc
@@ -137,17 +139,20 @@ class StageModel:
     def set_wave_grads(self, grads: list[torch.Tensor]) -> None:
         self._acc = grads
 
-    def _apply(self, grads: list[torch.Tensor]) -> None:
+    def _apply(self, grads: list[torch.Tensor]) -> list[torch.Tensor]:
         """SGD with momentum, as torch.optim.SGD (dampening 0): buf = m buf + g; w = w - lr buf."""
-        new = []
+        new, deltas = [], []
         for i, (w, g) in enumerate(zip(self.weights, grads)):
             buf = self._buf[i]
             buf = g.clone() if buf is None else buf * self.momentum + g
             self._buf[i] = buf
             new.append(w.add(buf, alpha=-self.lr))
+            if self.track_deltas:           # WSP pushes exactly what changed (w - lr buf rounds)
+                deltas.append(new[-1] - w)
         self.weights = new
         self.version += 1
         self._mark()
+        return deltas
 
     def flat(self) -> torch.Tensor:
         return torch.cat([w.reshape(-1) for w in self.weights]) if self.weights else torch.zeros(0)

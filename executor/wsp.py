@@ -88,18 +88,28 @@ class WspClient:
         self.vw, self.stage = vw, stage
         self.ps_ranks = ps_ranks
         self.index = [_ranges_index(r) for r in shard_ranges]
-        self.updates: dict[int, torch.Tensor] = {}          # wave -> sum of own weight deltas
+        self.updates: dict[int, torch.Tensor] = {}          # wave -> sum of own weight deltas (flat)
+        self._open: dict[int, list[torch.Tensor]] = {}      # wave -> per-tensor sums, not yet flat
         self.version = 0                                     # global clock of the last pulled weights
         self._pending: list = []
 
-    def record(self, wave: int, delta: torch.Tensor) -> None:
-        if wave in self.updates:
-            self.updates[wave] += delta
+    def record(self, wave: int, deltas: list[torch.Tensor]) -> None:
+        """Add one update's weight changes to its wave's sum (flattened only when needed)."""
+        if wave in self._open:
+            for acc, d in zip(self._open[wave], deltas):
+                acc += d
         else:
-            self.updates[wave] = delta.clone()
+            self._open[wave] = [d.clone() for d in deltas]
+
+    def _flatten(self) -> None:
+        for wave, parts in self._open.items():
+            flat = torch.cat([p.reshape(-1) for p in parts]) if parts else torch.zeros(0)
+            self.updates[wave] = self.updates[wave] + flat if wave in self.updates else flat
+        self._open = {}
 
     def push(self, wave: int) -> None:
         """Send the wave's aggregated update to every shard; does not wait (as in the simulator)."""
+        self._flatten()
         update = self.updates.get(wave)
         self._pending = [w for w in self._pending if not w.is_completed()]
         for rank, index in zip(self.ps_ranks, self.index):
@@ -112,6 +122,7 @@ class WspClient:
         """Blocks until every shard answers; returns the new flat weights and the global clock."""
         for rank in self.ps_ranks:
             self._pending.append(dist.isend(torch.tensor([PULL, self.vw, self.stage, wave]), rank, tag=_HEADER))
+        self._flatten()
         new, clocks, held = flat.clone(), [], []
         for rank, index in zip(self.ps_ranks, self.index):
             reply = torch.zeros(2, dtype=torch.long)
