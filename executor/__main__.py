@@ -12,13 +12,15 @@ import sys
 
 from hetsim.errors import HetsimError
 
-__all__ = ["main", "add_arguments", "options_from_args"]
+__all__ = ["main", "add_arguments", "options_from_args", "model_kwargs"]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plan", required=True, help="plan JSON (or a shipped name)")
     p.add_argument("--cluster", required=True, help="cluster YAML (or a shipped name)")
     p.add_argument("--model", default=None, help="modelzoo model (default: the plan's model)")
+    p.add_argument("--model-arg", action="append", default=[], metavar="NAME=INT",
+                   help="model constructor argument, e.g. hidden=1024 (repeatable)")
     p.add_argument("--profile", default=None, help="model profile; orders the hetpipe schedule")
     p.add_argument("--waves", type=int, default=6, help="waves of Nm minibatches per VW (default 6)")
     p.add_argument("--warmup-waves", type=int, default=1, help="waves left out of the window (default 1)")
@@ -48,6 +50,17 @@ def options_from_args(args):
                        timeout_s=args.timeout)
 
 
+def model_kwargs(items: list[str]) -> dict[str, int]:
+    out = {}
+    for item in items:
+        name, _, value = item.partition("=")
+        try:
+            out[name] = int(value)
+        except ValueError:
+            raise HetsimError(f"--model-arg {item!r}: expected NAME=INT, e.g. hidden=1024") from None
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m executor", description=__doc__.splitlines()[0])
     add_arguments(p)
@@ -55,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         from executor.launch import layout_of, make_job, rank_main, report_from_records
-        job = make_job(args.plan, args.cluster, args.model, profile=args.profile, options=options_from_args(args))
+        job = make_job(args.plan, args.cluster, args.model, profile=args.profile, options=options_from_args(args),
+                       model_kwargs=model_kwargs(args.model_arg))
         layout = layout_of(job)
         if args.ranks:
             print(layout.world_size)

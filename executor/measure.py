@@ -53,6 +53,8 @@ def _clip(rec: RankRecord, origin: float, start: float, end: float) -> dict[str,
         a, b = max(rec.wall(t0) - origin, start), min(rec.wall(t1) - origin, end)
         if b > a:
             out[cat] += b - a
+            if cat == "optimizer":          # optimiser work is compute too (the rank is busy)
+                out["compute"] += b - a
     return out
 
 

@@ -23,6 +23,9 @@ class ExecOptions:
     device: str = "cpu"
     timeout_s: float = 60.0                # a peer silent this long is reported dead
     trace: bool = True
+    checkpoint_dir: str | None = None     # flush schedules: save every stage's state after each wave
+    resume: bool = False                   # start after the last wave every stage has a checkpoint of
+    fault: str = ""                        # testing: "RANK:ACTION:die" or "RANK:ACTION:hang", e.g. "1:F3:die"
 
     def __post_init__(self):
         if self.waves < 1:
@@ -34,8 +37,20 @@ class ExecOptions:
         for gpu, factor in self.slowdown.items():
             if not factor >= 1.0:
                 raise HetsimError(f"slowdown[{gpu}]: an emulated slowdown must be >= 1, got {factor}")
+        self.fault_spec
+        if self.resume and not self.checkpoint_dir:
+            raise HetsimError("resume: needs checkpoint_dir")
         if self.threads < 1 or self.timeout_s <= 0:
             raise HetsimError("threads must be >= 1 and timeout_s > 0")
+
+    @property
+    def fault_spec(self) -> tuple[int, str, str] | None:
+        if not self.fault:
+            return None
+        parts = self.fault.split(":")
+        if len(parts) != 3 or not parts[0].isdigit() or parts[2] not in ("die", "hang"):
+            raise HetsimError(f"fault: expected RANK:ACTION:die|hang, e.g. 1:F3:die, got {self.fault!r}")
+        return int(parts[0]), parts[1], parts[2]
 
     @property
     def backend_name(self) -> str:

@@ -25,7 +25,12 @@ class RankRecord:
     weights_bytes: int = 0
     stash_peak_versions: int = 1
     peak_rss_bytes: int = 0
-    position: str = "start"
+    position: str = "start"              # the action being run, and since when (wall clock)
+    since: float = field(default_factory=time.time)
+    waiting_on: list[int] = field(default_factory=list)   # peers a blocking call waits for
+
+    def at(self, position: str) -> None:
+        self.position, self.since = position, time.time()
 
     def span(self, name: str, cat: str, t0: float, t1: float) -> None:
         self.spans.append((name, cat, t0, t1))

@@ -6,6 +6,7 @@ simulator assumes; time spent blocked is recorded as waiting, forwards/backwards
 
 from __future__ import annotations
 
+import os
 import time
 
 import torch
@@ -25,23 +26,29 @@ class StageRank:
                  model: StageModel, data: SyntheticData, in_shapes: list[tuple[int, ...]],
                  out_shapes: list[tuple[int, ...]], prev_rank: int | None, next_rank: int | None,
                  emulation: Emulation, record: RankRecord, wsp: WspClient | None = None,
-                 group=None, n_vw: int = 1):
+                 group=None, group_ranks: list[int] | None = None, n_vw: int = 1,
+                 checkpoint=None, fault: tuple[int, str, str] | None = None, rank: int = -1):
         self.vw, self.stage, self.n_stages, self.nm = vw, stage, n_stages, nm
         self.asynchronous = asynchronous
         self.model, self.data, self.emulation, self.rec = model, data, emulation, record
         self.in_shapes, self.out_shapes = in_shapes, out_shapes
         self.prev_rank, self.next_rank = prev_rank, next_rank
-        self.wsp, self.group, self.n_vw = wsp, group, n_vw
+        self.wsp, self.group, self.group_ranks, self.n_vw = wsp, group, group_ranks or [], n_vw
+        self.checkpoint = checkpoint          # callable(wave) after each STEP, or None
+        self.rank, self.fault = rank, fault
         self.applied = 0                  # own minibatches whose updates are in the local weights
         self._received: dict[tuple[str, int], tuple[torch.Tensor, ...]] = {}
         self._outbox: dict[tuple[str, int], tuple[torch.Tensor, ...]] = {}
         self._sends: list = []
 
-    def run(self, actions) -> None:
-        for position, (kind, index) in enumerate(actions):
-            self.rec.position = f"{kind}{index}"
+    def run(self, actions, start: int = 0) -> None:
+        """Replay actions[start:] (start > 0 when resuming from a checkpoint)."""
+        for kind, index in actions[start:]:
+            self.rec.at(f"{kind}{index}")
+            if self.fault is not None and self.fault[:2] == (self.rank, f"{kind}{index}"):
+                _inject(self.fault[2])
             _HANDLERS[kind](self, index)
-        self.rec.position = "done"
+        self.rec.at("done")
         for work in self._sends:
             work.wait()
         if self.wsp is not None:
@@ -89,6 +96,7 @@ class StageRank:
 
     def _recv(self, kind: str, mb: int, src: int, shapes) -> None:
         t0 = time.perf_counter()
+        self.rec.waiting_on = [src]
         tensors = tuple(torch.empty(shape) for shape in shapes)
         for j, tensor in enumerate(tensors):
             dist.recv(tensor, src, tag=mb * 16 + j)
@@ -110,6 +118,8 @@ class StageRank:
     def step(self, wave: int) -> None:
         self._changed(wave, f"STEP{wave}", self.model.step)
         self.applied = (wave + 1) * self.nm
+        if self.checkpoint is not None:
+            self.checkpoint(wave)
 
     def push(self, wave: int) -> None:
         version = self.wsp.version
@@ -118,6 +128,7 @@ class StageRank:
 
     def pull(self, wave: int) -> None:
         t0 = time.perf_counter()
+        self.rec.waiting_on = list(self.wsp.ps_ranks)
         weights, clock = self.wsp.pull(wave, self.model.flat())
         self.model.set_flat(weights)
         t1 = time.perf_counter()
@@ -127,6 +138,7 @@ class StageRank:
     def allreduce(self, wave: int) -> None:
         """BSP: average the wave's gradients with the same stage of every VW (ring all-reduce in gloo)."""
         t0 = time.perf_counter()
+        self.rec.waiting_on = self.group_ranks
         grads = self.model.wave_grads()
         flat = torch.cat([g.reshape(-1) for g in grads])
         dist.all_reduce(flat, group=self.group)
@@ -137,6 +149,14 @@ class StageRank:
             offset += g.numel()
         self.model.set_wave_grads(out)
         self.rec.span(f"allreduce {wave}", "sync", t0, time.perf_counter())
+
+
+def _inject(kind: str) -> None:
+    """Testing: this rank dies (exits without a word) or hangs (never returns)."""
+    if kind == "die":
+        os._exit(1)
+    while True:
+        time.sleep(1.0)
 
 
 _HANDLERS = {

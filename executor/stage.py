@@ -37,6 +37,7 @@ class _StageModule(nn.Module):
 @dataclass
 class InFlight:
     version: int                       # id of the weights version the forward used
+    weights: list[torch.Tensor]        # that version's tensors (the stash)
     leaves: list[torch.Tensor]         # the weight tensors the forward differentiated through
     inputs: tuple[torch.Tensor, ...]
     outputs: tuple[torch.Tensor, ...]
@@ -63,6 +64,7 @@ class StageModel:
         # (mb, version at forward, version the backward used, version current at backward)
         self.versions: list[tuple[int, int, int, int]] = []
         self._ptr_version: dict[int, int] = {}
+        self._pool: list[list[torch.Tensor]] = []        # spare weight tensors (see _apply)
         self.track_deltas = False         # set under WSP: updates return their weight changes
         self.peak_versions = 1            # most weight versions alive at once (current + stashes)
         self._mark()
@@ -79,7 +81,7 @@ class StageModel:
                        for t in inputs)
         outputs = functional_call(self.module, dict(zip(self.names, leaves)), inputs, strict=False)
         loss = nn.functional.cross_entropy(outputs[0], labels) if self.is_last else None
-        self.inflight[mb] = InFlight(self.version, leaves, inputs, outputs, loss)
+        self.inflight[mb] = InFlight(self.version, self.weights, leaves, inputs, outputs, loss)
         live = {r.version for r in self.inflight.values()} | {self.version}
         self.peak_versions = max(self.peak_versions, len(live))
         return tuple(o.detach() for o in outputs)
@@ -100,6 +102,7 @@ class StageModel:
         grads = torch.autograd.grad(roots, wanted, root_grads, allow_unused=True)
         weight_grads = [torch.zeros_like(w) if g is None else g
                         for w, g in zip(rec.leaves, grads[:len(rec.leaves)])]
+        self._release(rec.version, rec.weights)
         self._collect(mb, weight_grads)
         if not need_input_grads:
             return ()
@@ -140,19 +143,34 @@ class StageModel:
         self._acc = grads
 
     def _apply(self, grads: list[torch.Tensor]) -> list[torch.Tensor]:
-        """SGD with momentum, as torch.optim.SGD (dampening 0): buf = m buf + g; w = w - lr buf."""
-        new, deltas = [], []
+        """SGD with momentum, as torch.optim.SGD (dampening 0): buf = m buf + g; w = w - lr buf.
+
+        The new weights go into fresh tensors when a stashed minibatch still uses the current ones
+        (taken from versions no longer used, so large updates do not allocate), else in place."""
+        stashed = any(r.version == self.version for r in self.inflight.values())
+        target = (self._pool.pop() if self._pool else [torch.empty_like(w) for w in self.weights]) \
+            if stashed else self.weights
+        deltas = []
         for i, (w, g) in enumerate(zip(self.weights, grads)):
             buf = self._buf[i]
-            buf = g.clone() if buf is None else buf * self.momentum + g
-            self._buf[i] = buf
-            new.append(w.add(buf, alpha=-self.lr))
+            if buf is None:
+                buf = self._buf[i] = g.clone()
+            else:
+                buf.mul_(self.momentum).add_(g)
+            old = w.clone() if self.track_deltas and not stashed else w
+            torch.add(w, buf, alpha=-self.lr, out=target[i])
             if self.track_deltas:           # WSP pushes exactly what changed (w - lr buf rounds)
-                deltas.append(new[-1] - w)
-        self.weights = new
+                deltas.append(target[i] - old)
+        self.weights = target
         self.version += 1
         self._mark()
         return deltas
+
+    def _release(self, version: int, weights: list[torch.Tensor]) -> None:
+        """A stashed version no forward in flight uses any more becomes a buffer for the next one."""
+        if version != self.version and all(r.version != version for r in self.inflight.values()):
+            if len(self._pool) < 2:
+                self._pool.append(weights)
 
     def flat(self) -> torch.Tensor:
         return torch.cat([w.reshape(-1) for w in self.weights]) if self.weights else torch.zeros(0)

@@ -10,6 +10,7 @@ import torch
 import torch.distributed as dist
 
 import modelzoo
+from executor.checkpoint import last_common_wave, load_stage, save_stage
 from executor.data import SyntheticData
 from executor.emulation import Emulation
 from executor.layout import RankLayout, rank_layout, shard_indices
@@ -24,9 +25,24 @@ from hetsim.feasibility import vw_schedule
 from hetsim.parameter_servers import ps_shards
 from hetsim.plan import ASYNC_SCHEDULES, Plan
 from hetsim.profile import ModelProfile
-from hetsim.schedule import Schedule
+from hetsim.schedule import Action, Schedule
 
 __all__ = ["Job", "run_rank", "job_layout"]
+
+
+def _saver(directory: str, rank: int, r: StageRank):
+    def save(wave: int) -> None:
+        save_stage(directory, rank, wave, {"weights": r.model.weights, "momentum": r.model._buf,
+                                           "version": r.model.version, "applied": r.applied})
+    return save
+
+
+def _restore(runner: StageRank, state: dict) -> None:
+    runner.model.weights = state["weights"]
+    runner.model._buf = state["momentum"]
+    runner.model.version = state["version"]
+    runner.model._mark()
+    runner.applied = state["applied"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,6 +52,7 @@ class Job:
     model: str
     options: ExecOptions
     profile: ModelProfile | None = None     # shapes the hetpipe order (the plan's nominal costs)
+    model_kwargs: tuple[tuple[str, object], ...] = ()   # constructor arguments, e.g. (("hidden", 1024),)
 
     def schedules(self) -> list[Schedule]:
         if self.plan.schedule == "hetpipe" and self.profile is None:
@@ -55,6 +72,10 @@ def job_layout(job: Job, n_layers: int) -> RankLayout:
 
 
 def _check_supported(job: Job) -> None:
+    if job.options.checkpoint_dir and (job.plan.schedule in ASYNC_SCHEDULES or job.plan.sync.mode == "wsp"):
+        raise PlanError("executor: checkpoints need a flush schedule (gpipe, 1f1b-flush) with sync none or "
+                        f"bsp (a consistent cut after each wave); plan {job.plan.name} uses "
+                        f"{job.plan.schedule} with sync {job.plan.sync.mode}")
     if job.plan.sync.mode == "sdpipe":
         raise PlanError("executor: sync sdpipe is not implemented in the executor yet (wsp, bsp, none are)")
     if job.options.device != "cpu":
@@ -63,7 +84,7 @@ def _check_supported(job: Job) -> None:
 
 def _model(job: Job):
     torch.manual_seed(job.options.seed)
-    model, example = modelzoo.build(job.model, batch=1)
+    model, example = modelzoo.build(job.model, batch=1, **dict(job.model_kwargs))
     graph = modelzoo.layer_graph(model)
     values = {modelzoo.MODEL_INPUT: example}
     with torch.no_grad():
@@ -72,7 +93,7 @@ def _model(job: Job):
     return graph, example, values
 
 
-def run_rank(rank: int, job: Job) -> RankRecord:
+def run_rank(rank: int, job: Job, record: RankRecord) -> RankRecord:
     """Everything one rank does between process-group start and the gather of records."""
     _check_supported(job)
     torch.set_num_threads(job.options.threads)
@@ -81,16 +102,28 @@ def run_rank(rank: int, job: Job) -> RankRecord:
     numel = [sum(p.numel() for p in graph.layers[i].parameters()) for i in range(len(graph))]
     shards = [(s.layers, s.fraction) for s in _shards(job, len(graph))]
     role = layout.roles[rank]
-    record = RankRecord(rank=rank)
+    resume = _resume_wave(job, layout)      # read before the barrier: nobody has saved a newer one yet
+    record.waiting_on = [r.rank for r in layout.roles if r.rank != rank]
     dist.barrier()
     record.perf0, record.wall0 = time.perf_counter(), time.time()
     groups = _bsp_groups(job, layout)
     if role.kind == "ps":
         _serve(job, layout, graph, numel, shards, role.ps_index)
     else:
-        _stage(job, layout, role, graph, example, values, numel, shards, record, groups)
+        _stage(job, layout, role, graph, example, values, numel, shards, record, groups, resume)
     record.finish()
     return record
+
+
+def _resume_wave(job: Job, layout: RankLayout) -> int | None:
+    opts = job.options
+    if not opts.resume:
+        return None
+    wave = last_common_wave(opts.checkpoint_dir, [r.rank for r in layout.stage_ranks])
+    if wave is not None and wave + 1 + opts.warmup_waves >= opts.waves:
+        raise PlanError(f"resume: checkpoints reach wave {wave}; with {opts.waves} waves and "
+                        f"{opts.warmup_waves} warm-up there is nothing left to measure")
+    return wave
 
 
 def _bsp_groups(job: Job, layout: RankLayout) -> dict[int, object]:
@@ -103,6 +136,7 @@ def _bsp_groups(job: Job, layout: RankLayout) -> dict[int, object]:
 
 
 def _serve(job: Job, layout: RankLayout, graph, numel, shards, j: int) -> None:
+    """A parameter-server rank (it waits on every stage rank)."""
     flat = torch.cat([p.detach().reshape(-1) for p in graph.layers.parameters()])
     offsets = [0]
     for n in numel:
@@ -117,7 +151,7 @@ def _serve(job: Job, layout: RankLayout, graph, numel, shards, j: int) -> None:
                     pull_offset=job.plan.sync.offset_for(job.plan.schedule)).serve()
 
 
-def _stage(job: Job, layout, role, graph, example, values, numel, shards, record, groups) -> None:
+def _stage(job: Job, layout, role, graph, example, values, numel, shards, record, groups, resume) -> None:
     plan, opts = job.plan, job.options
     vw, s = role.vw, role.stage
     n_stages = len(plan.virtual_workers[vw].stages)
@@ -140,8 +174,17 @@ def _stage(job: Job, layout, role, graph, example, values, numel, shards, record
         prev_rank=layout.stage_rank(vw, s - 1) if s > 0 else None,
         next_rank=layout.stage_rank(vw, s + 1) if s + 1 < n_stages else None,
         emulation=Emulation(opts.slowdown.get(role.gpu, 1.0)), record=record, wsp=wsp,
-        group=groups.get(s), n_vw=len(plan.virtual_workers))
-    runner.run(job.schedules()[vw].stages[s])
+        group=groups.get(s), n_vw=len(plan.virtual_workers),
+        group_ranks=[layout.stage_rank(v, s) for v in range(len(plan.virtual_workers))],
+        fault=opts.fault_spec, rank=role.rank)
+    if opts.checkpoint_dir:
+        runner.checkpoint = _saver(opts.checkpoint_dir, role.rank, runner)
+    actions = job.schedules()[vw].stages[s]
+    start = 0
+    if resume is not None:
+        _restore(runner, load_stage(opts.checkpoint_dir, role.rank, resume))
+        start = actions.index(Action("STEP", resume)) + 1
+    runner.run(actions, start)
     record.versions = model.versions
     record.weights_bytes = model.numel * 4
     record.stash_peak_versions = model.peak_versions

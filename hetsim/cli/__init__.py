@@ -17,6 +17,7 @@ __all__ = ["main"]
 # name -> one-line help; each module hetsim.cli.<name> has add_arguments(parser) and run(args) -> int.
 SUBCOMMANDS = {
     "simulate": "predict throughput, utilisation, memory and staleness of a plan",
+    "validate": "profile this host, predict a plan, run it with the executor, compare (needs torch)",
 }
 
 

@@ -15,11 +15,11 @@ D = 1
 
 @pytest.fixture(scope="module")
 def wsp_run():
-    """Two VWs, one emulated 3x slower, so the fast one runs into the staleness bound."""
+    """Two VWs, one emulated 4x slower, so the fast one runs into the staleness bound."""
     plan = mlp_plan([[0, 4, 9], [0, 5, 9]], nm=2, schedule="1f1b",
                     sync=SyncSpec(mode="wsp", staleness_bound=D), batch=16)
     cluster = host(4)
-    opts = executor.ExecOptions(waves=7, warmup_waves=1, slowdown={"host/gpu2": 3.0, "host/gpu3": 3.0})
+    opts = executor.ExecOptions(waves=7, warmup_waves=1, slowdown={"host/gpu2": 4.0, "host/gpu3": 4.0})
     return plan, cluster, executor.launch(plan, cluster, options=opts)
 
 
@@ -36,10 +36,10 @@ def test_measured_clock_gap_never_exceeds_d(wsp_run):
     assert report.sync["parameter_server_ranks"] == 1
 
 
-def test_fast_vw_was_actually_held_back(wsp_run):
+def test_the_bound_was_reached_and_the_fast_vw_waited(wsp_run):
     _, _, report = wsp_run
-    waits = report.sync["bound_wait_s"]
-    assert waits["vw0"] > waits["vw1"]             # the bound did something: the fast VW waited
+    assert report.sync["max_clock_gap"] == D       # the fast VW ran as far ahead as allowed ...
+    assert report.sync["bound_wait_s"]["vw0"] > 0  # ... and was held there
 
 
 def test_global_staleness_within_simulator_bound(wsp_run):

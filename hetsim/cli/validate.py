@@ -1,0 +1,119 @@
+"""`hetsim validate`: profile this machine, predict a plan with that profile, run it for real with
+the executor, and print predicted vs measured throughput, per-stage times and staleness.
+
+This host is described as one node whose devices are ranks sharing its cores (`shared_cores`); the
+plan's GPUs are mapped onto those rank slots in plan order. torch loads only when this command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import replace
+
+from hetsim.cluster import Cluster, GpuSlot, LinkSpec, Node
+from hetsim.errors import HetsimError
+from hetsim.gpu import GIB, GpuType
+from hetsim.plan import Plan, StageSpec, VirtualWorker
+from hetsim.profile import ModelProfile
+
+__all__ = ["add_arguments", "run", "host_cluster", "onto_host", "with_optimizer_costs", "validate_plan"]
+
+CPU_TYPE = GpuType(name="cpu", display_name="CPU rank", memory_bytes=4 * GIB, memory_bandwidth_Bps=1e10,
+                   peak_fp32_flops=5e10, peak_fp16_flops=5e10,
+                   sources=("placeholder: executor runs use measured profiles, not datasheet rates",))
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--plan", required=True, help="plan JSON (or a shipped name); its GPUs map onto this host's ranks")
+    p.add_argument("--model", default=None, help="modelzoo model (default: the plan's model)")
+    p.add_argument("--model-arg", action="append", default=[], metavar="NAME=INT",
+                   help="model constructor argument, e.g. hidden=1024 (repeatable)")
+    p.add_argument("--waves", type=int, default=8, help="waves per VW, simulated and executed (default 8)")
+    p.add_argument("--warmup-waves", type=int, default=2, help="waves left out of the window (default 2)")
+    p.add_argument("--slowdown", action="append", default=[], metavar="GPU=FACTOR",
+                   help="EMULATED slowdown of a plan GPU, simulated and executed (busy-wait), repeatable")
+    p.add_argument("--cores", type=int, default=os.cpu_count(), help="cores the ranks share (default: this host's)")
+    p.add_argument("--link-GBps", type=float, default=2.0, help="loopback bandwidth assumed for gloo (default 2)")
+    p.add_argument("--latency-us", type=float, default=50.0, help="loopback latency assumed for gloo (default 50)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=None, metavar="DIR", help="write prediction/ and measurement/ reports here")
+
+
+def host_cluster(n_ranks: int, cores: int, link_Bps: float, latency_s: float) -> Cluster:
+    """This machine: one node with `n_ranks` CPU rank slots host/gpu0.. sharing `cores` cores."""
+    slots = tuple(GpuSlot(id=f"host/gpu{i}", node="host", index=i, type=CPU_TYPE) for i in range(n_ranks))
+    link = LinkSpec(kind="loopback", bandwidth_Bps=link_Bps, latency_s=latency_s)
+    return Cluster(name=f"this_host_{cores}_cores", nodes=(Node(name="host", gpus=slots, intra_link=link,
+                                                                 shared_cores=cores),),
+                   network=link, ps_nodes=("host",), description="this host; devices are executor ranks")
+
+
+def onto_host(plan: Plan) -> tuple[Plan, dict[str, str]]:
+    """The plan with its GPUs renamed host/gpu0.. in plan order, and the renaming."""
+    names = {g: f"host/gpu{i}" for i, g in enumerate(dict.fromkeys(plan.gpus))}
+    vws = tuple(VirtualWorker(name=vw.name, stages=tuple(StageSpec(gpu=names[s.gpu], layers=s.layers)
+                                                         for s in vw.stages)) for vw in plan.virtual_workers)
+    return replace(plan, virtual_workers=vws), names
+
+
+def with_optimizer_costs(profile: ModelProfile, per_layer_s: list[float], device_type: str = "cpu") -> ModelProfile:
+    """Fold the optimiser's per-minibatch work into each layer's backward (the simulator's UPDATE and
+    STEP take no time; in the executor they follow the backward on the same rank)."""
+    layers = tuple(replace(l, bwd_s={**l.bwd_s, device_type: l.bwd_s[device_type] + extra})
+                   for l, extra in zip(profile.layers, per_layer_s))
+    return replace(profile, layers=layers, source=profile.source + " + measured optimiser work in bwd_s")
+
+
+def validate_plan(plan: Plan, *, model: str | None = None, model_kwargs: dict | None = None, waves: int = 8,
+                  warmup_waves: int = 2, slowdown: dict[str, float] | None = None, cores: int | None = None,
+                  link_Bps: float = 2e9, latency_s: float = 50e-6, seed: int = 0, profile_repeats: int = 5,
+                  profile: ModelProfile | None = None):
+    """(prediction, measurement) of one plan on this host, from a profile measured here and now
+    (or `profile`, measured earlier on this host at the plan's minibatch size)."""
+    import hetsim
+    from executor import ExecOptions, launch
+    from executor.calibrate import optimizer_seconds
+    from modelzoo.profiler import measure_profile
+
+    plan, names = onto_host(plan)
+    model = model or plan.model
+    slowdown = {names.get(g, g): f for g, f in (slowdown or {}).items()}
+    cluster = host_cluster(len(names), cores or os.cpu_count(), link_Bps, latency_s)
+    if profile is None:
+        profile = measure_profile(model, plan.minibatch_size, device_type="cpu", threads=1,
+                                  repeats=profile_repeats, **(model_kwargs or {}))
+    extra = optimizer_seconds(model, schedule=plan.schedule, nm=plan.nm, wsp=plan.sync.mode == "wsp",
+                              model_kwargs=model_kwargs)
+    profile = with_optimizer_costs(profile, extra)
+    prediction = hetsim.simulate(cluster, profile, plan, waves=waves, warmup_waves=warmup_waves,
+                                 seed=seed, slowdown=slowdown)
+    measurement = launch(plan, cluster, model, profile=profile, model_kwargs=model_kwargs,
+                         options=ExecOptions(waves=waves, warmup_waves=warmup_waves, seed=seed,
+                                             slowdown=slowdown, data="random"))
+    return prediction, measurement
+
+
+def run(args: argparse.Namespace) -> int:
+    import hetsim
+    from executor.__main__ import model_kwargs
+    from hetsim.cli.simulate import _slowdowns
+    from hetsim.compare import compare_reports, format_comparison
+
+    plan = hetsim.load_plan(args.plan)
+    if not args.cores or args.cores < 1:
+        raise HetsimError(f"--cores: must be >= 1, got {args.cores}")
+    prediction, measurement = validate_plan(
+        plan, model=args.model, model_kwargs=model_kwargs(args.model_arg), waves=args.waves,
+        warmup_waves=args.warmup_waves, slowdown=_slowdowns(args.slowdown), cores=args.cores,
+        link_Bps=args.link_GBps * 1e9, latency_s=args.latency_us * 1e-6, seed=args.seed)
+    print(f"validate: plan {plan.name} on this host ({args.cores} cores shared by "
+          f"{len(measurement.gpus)} stage ranks), {args.waves} waves, {args.warmup_waves} warm-up")
+    print(format_comparison(compare_reports(prediction, measurement)))
+    for note in measurement.notes[1:]:
+        print(f"note: {note}")
+    if args.out:
+        prediction.write(os.path.join(args.out, "prediction"))
+        measurement.write(os.path.join(args.out, "measurement"))
+        print(f"wrote {args.out}/prediction and {args.out}/measurement")
+    return 0
