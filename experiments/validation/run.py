@@ -4,7 +4,8 @@ and write a table and a predicted-vs-measured plot under experiments/results/.
     python experiments/validation/run.py            # every plan (about 2 minutes on 2 idle cores)
     python experiments/validation/run.py --quick    # five plans, fewer waves
 
-Each plan is profiled just before it runs (the profile then sees the same host load as the run).
+Each plan is profiled just before it runs, and the cores our processes get (the host's, minus other
+load) are measured then too: the profile and the cluster then describe the host as the run finds it.
 Target: median |throughput error| <= 5%, max <= 10%. The script reports whether it was met and exits
 1 if not, after writing its results. Timings depend on the host being otherwise idle.
 """
@@ -39,6 +40,7 @@ def row(case, prediction, measurement) -> dict:
            "vws": len(case.plan.virtual_workers), "stages": len(case.plan.virtual_workers[0].stages),
            "nm": case.plan.nm, "D": case.plan.sync.staleness_bound if case.plan.sync.mode == "wsp" else "",
            "slowdown": " ".join(f"{g}x{f}" for g, f in sorted(case.slowdown.items())),
+           "cores_available": prediction.cluster.split("_")[2],
            "predicted_samples_s": round(tp.predicted, 1), "measured_samples_s": round(tp.measured, 1),
            "error_pct": round(tp.error_pct, 1)}
     if "global staleness max" in comp:

@@ -8,7 +8,9 @@ plan's GPUs are mapped onto those rank slots in plan order. torch loads only whe
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
+import time
 from dataclasses import replace
 
 from hetsim.cluster import Cluster, GpuSlot, LinkSpec, Node
@@ -33,14 +35,36 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup-waves", type=int, default=2, help="waves left out of the window (default 2)")
     p.add_argument("--slowdown", action="append", default=[], metavar="GPU=FACTOR",
                    help="EMULATED slowdown of a plan GPU, simulated and executed (busy-wait), repeatable")
-    p.add_argument("--cores", type=int, default=os.cpu_count(), help="cores the ranks share (default: this host's)")
+    p.add_argument("--cores", type=float, default=None,
+                   help="cores the ranks share (default: measured, the host's cores minus other load)")
     p.add_argument("--link-GBps", type=float, default=2.0, help="loopback bandwidth assumed for gloo (default 2)")
     p.add_argument("--latency-us", type=float, default=50.0, help="loopback latency assumed for gloo (default 50)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None, metavar="DIR", help="write prediction/ and measurement/ reports here")
 
 
-def host_cluster(n_ranks: int, cores: int, link_Bps: float, latency_s: float) -> Cluster:
+def _spin(seconds: float, out) -> None:
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    while time.perf_counter() - wall0 < seconds:
+        pass
+    out.put(time.process_time() - cpu0)
+
+
+def available_cores(seconds: float = 1.0) -> float:
+    """How many of this host's cores our processes get right now: spin one process per core and add
+    up the CPU time each received (on a quiet host this is the core count; other load lowers it)."""
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_spin, args=(seconds, out)) for _ in range(os.cpu_count() or 1)]
+    for p in procs:
+        p.start()
+    cpu = sum(out.get() for _ in procs)
+    for p in procs:
+        p.join()
+    return round(cpu / seconds, 2)
+
+
+def host_cluster(n_ranks: int, cores: float, link_Bps: float, latency_s: float) -> Cluster:
     """This machine: one node with `n_ranks` CPU rank slots host/gpu0.. sharing `cores` cores."""
     slots = tuple(GpuSlot(id=f"host/gpu{i}", node="host", index=i, type=CPU_TYPE) for i in range(n_ranks))
     link = LinkSpec(kind="loopback", bandwidth_Bps=link_Bps, latency_s=latency_s)
@@ -79,7 +103,7 @@ def validate_plan(plan: Plan, *, model: str | None = None, model_kwargs: dict | 
     plan, names = onto_host(plan)
     model = model or plan.model
     slowdown = {names.get(g, g): f for g, f in (slowdown or {}).items()}
-    cluster = host_cluster(len(names), cores or os.cpu_count(), link_Bps, latency_s)
+    cluster = host_cluster(len(names), cores or available_cores(), link_Bps, latency_s)
     if profile is None:
         profile = measure_profile(model, plan.minibatch_size, device_type="cpu", threads=1,
                                   repeats=profile_repeats, **(model_kwargs or {}))
@@ -101,13 +125,14 @@ def run(args: argparse.Namespace) -> int:
     from hetsim.compare import compare_reports, format_comparison
 
     plan = hetsim.load_plan(args.plan)
-    if not args.cores or args.cores < 1:
-        raise HetsimError(f"--cores: must be >= 1, got {args.cores}")
+    if args.cores is not None and args.cores <= 0:
+        raise HetsimError(f"--cores: must be > 0, got {args.cores}")
+    args.cores = args.cores or available_cores()
     prediction, measurement = validate_plan(
         plan, model=args.model, model_kwargs=model_kwargs(args.model_arg), waves=args.waves,
         warmup_waves=args.warmup_waves, slowdown=_slowdowns(args.slowdown), cores=args.cores,
         link_Bps=args.link_GBps * 1e9, latency_s=args.latency_us * 1e-6, seed=args.seed)
-    print(f"validate: plan {plan.name} on this host ({args.cores} cores shared by "
+    print(f"validate: plan {plan.name} on this host ({args.cores} of {os.cpu_count()} cores available, shared by "
           f"{len(measurement.gpus)} stage ranks), {args.waves} waves, {args.warmup_waves} warm-up")
     print(format_comparison(compare_reports(prediction, measurement)))
     for note in measurement.notes[1:]:
