@@ -120,9 +120,10 @@ class StageModel:
         """Flush schedules: add minibatch `mb`'s gradients to the wave's sum."""
         grads = self.grads.pop(mb)
         if self._acc is None:
-            self._acc = grads
+            self._acc = grads                 # autograd's fresh tensors: ours to add into
         else:
-            self._acc = [a + g for a, g in zip(self._acc, grads)]
+            for a, g in zip(self._acc, grads):
+                a.add_(g)
         self._acc_count += 1
 
     def update(self, mb: int) -> list[torch.Tensor]:
@@ -132,9 +133,9 @@ class StageModel:
 
     def step(self) -> list[torch.Tensor]:
         """Flush schedules: one step with the mean gradient of the wave; returns the weight changes."""
-        grads = [a / self._acc_count for a in self._acc]
+        grads, scale = self._acc, 1.0 / self._acc_count
         self._acc, self._acc_count = None, 0
-        return self._apply(grads)
+        return self._apply(grads, scale)
 
     def wave_grads(self) -> list[torch.Tensor]:
         return self._acc
@@ -142,8 +143,9 @@ class StageModel:
     def set_wave_grads(self, grads: list[torch.Tensor]) -> None:
         self._acc = grads
 
-    def _apply(self, grads: list[torch.Tensor]) -> list[torch.Tensor]:
-        """SGD with momentum, as torch.optim.SGD (dampening 0): buf = m buf + g; w = w - lr buf.
+    def _apply(self, grads: list[torch.Tensor], scale: float = 1.0) -> list[torch.Tensor]:
+        """SGD with momentum, as torch.optim.SGD (dampening 0): buf = m buf + g; w = w - lr buf,
+        with g = scale x grads (a flush step's mean over the wave).
 
         The new weights go into fresh tensors when a stashed minibatch still uses the current ones
         (taken from versions no longer used, so large updates do not allocate), else in place."""
@@ -154,9 +156,9 @@ class StageModel:
         for i, (w, g) in enumerate(zip(self.weights, grads)):
             buf = self._buf[i]
             if buf is None:
-                buf = self._buf[i] = g.clone()
+                buf = self._buf[i] = g.clone() if scale == 1.0 else g * scale
             else:
-                buf.mul_(self.momentum).add_(g)
+                buf.mul_(self.momentum).add_(g, alpha=scale)
             old = w.clone() if self.track_deltas and not stashed else w
             torch.add(w, buf, alpha=-self.lr, out=target[i])
             if self.track_deltas:           # WSP pushes exactly what changed (w - lr buf rounds)
