@@ -39,7 +39,7 @@ def build_measured_report(job, layout: RankLayout, records: list[RankRecord], sc
         throughput={"minibatches_per_s": rate, "samples_per_s": rate * plan.minibatch_size},
         virtual_workers=vws, gpus=_gpus(job, layout, records, clipped, end - start), links=[],
         staleness=_staleness(plan, records, schedules, layout), sync=_sync(plan, records, layout),
-        notes=_notes(opts), training=_training(layout, records, clipped),
+        notes=_notes(opts), training=_training(layout, records, clipped, origin, start, end),
         staleness_local=sorted(x for r in records for x in r.staleness_local),
         staleness_global=sorted(x for r in records for x in r.staleness_global))
     if opts.trace:
@@ -111,9 +111,12 @@ def _notes(opts) -> list[str]:
     return notes
 
 
-def _training(layout: RankLayout, records, clipped) -> dict:
+def _training(layout: RankLayout, records, clipped, origin: float, start: float, end: float) -> dict:
     losses = sorted(x for r in records for x in r.losses)
+    cpu = {layout.roles[r.rank].gpu: sum(c for t, c in r.cpu if start < r.wall(t) - origin <= end)
+           for r in records if layout.roles[r.rank].kind == "stage"}
     return {"losses": [list(x) for x in losses],
+            "compute_cpu_s": cpu,     # thread CPU seconds of forward/backward/optimiser in the window
             "optimizer_s": {layout.describe(r.rank): clipped[r.rank]["optimizer"] for r in records
                             if layout.roles[r.rank].kind == "stage"},
             "weight_versions": {layout.describe(r.rank): [list(v) for v in r.versions] for r in records

@@ -29,6 +29,8 @@ class RankRecord:
     since: float = field(default_factory=time.time)
     waiting_on: list[int] = field(default_factory=list)   # peers a blocking call waits for
 
+    cpu: list[tuple[float, float]] = field(default_factory=list)    # (end time, CPU seconds) per compute
+
     def at(self, position: str) -> None:
         self.position, self.since = position, time.time()
 

@@ -58,8 +58,11 @@ class StageRank:
     def _compute(self, name: str, fn, cat: str = "compute"):
         t0, cpu0 = time.perf_counter(), self.emulation.start()
         out = fn()
+        cpu1 = time.thread_time()
         self.emulation.stretch(cpu0)
-        self.rec.span(name, cat, t0, time.perf_counter())
+        t1 = time.perf_counter()
+        self.rec.span(name, cat, t0, t1)
+        self.rec.cpu.append((t1, cpu1 - cpu0))   # the work itself, without emulation or preemption
         return out
 
     def forward(self, mb: int) -> None:

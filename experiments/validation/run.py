@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from suite import MODEL_KWARGS, cases  # noqa: E402
 
-from hetsim.cli.validate import validate_plan  # noqa: E402
+from hetsim.cli.validate import validate_plan, work_rows  # noqa: E402
 from hetsim.compare import compare_reports  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
@@ -41,8 +41,12 @@ def row(case, prediction, measurement) -> dict:
            "nm": case.plan.nm, "D": case.plan.sync.staleness_bound if case.plan.sync.mode == "wsp" else "",
            "slowdown": " ".join(f"{g}x{f}" for g, f in sorted(case.slowdown.items())),
            "cores_available": prediction.cluster.split("_")[2],
+           "latency_us": prediction.cluster.split("_")[4][:-2],
            "predicted_samples_s": round(tp.predicted, 1), "measured_samples_s": round(tp.measured, 1),
            "error_pct": round(tp.error_pct, 1)}
+    work = work_rows(measurement)
+    errors = [abs(w.error_pct) for w in work if w.error_pct is not None]
+    out["cpu_work_max_abs_error_pct"] = round(max(errors), 1) if errors else ""
     if "global staleness max" in comp:
         out["global_staleness_max pred/meas"] = (f"{comp['global staleness max'].predicted}/"
                                                  f"{comp['global staleness max'].measured}")
