@@ -19,6 +19,7 @@ SUBCOMMANDS = {
     "simulate": "predict throughput, utilisation, memory and staleness of a plan",
     "profile": "measure a model's layers on this device and derive layer times for GPU types",
     "plan": "search allocations, partitions, Nm and D; rank whole plans and write the best",
+    "validate": "profile this host, predict a plan, run it with the executor, compare (needs torch)",
 }
 
 

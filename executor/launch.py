@@ -1,0 +1,143 @@
+"""Start the ranks (processes here, or torchrun through executor.__main__), gather their records on
+rank 0 and build the measured Report. A failed rank makes the launch raise ExecutorError naming it."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import tempfile
+import time
+import traceback
+from datetime import timedelta
+from pathlib import Path
+
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import modelzoo
+from executor.health import ExecutorError, Health
+from executor.layout import RankLayout
+from executor.measure import build_measured_report
+from executor.options import ExecOptions
+from executor.record import RankRecord
+from executor.worker import Job, _check_supported, job_layout, run_rank
+from hetsim.cluster import Cluster, load_cluster
+from hetsim.errors import HetsimError
+from hetsim.plan import Plan, load_plan
+from hetsim.profile import ModelProfile, load_profile
+from hetsim.report import Report
+
+__all__ = ["launch", "make_job", "rank_main", "report_from_records", "ExecutorError"]
+
+_GRACE_S = 10.0            # after the first failure, how long the others get to exit on their own
+
+
+def make_job(plan: Plan | str | Path, cluster: Cluster | str | Path, model: str | None = None, *,
+             profile: ModelProfile | str | Path | None = None, options: ExecOptions = ExecOptions(),
+             model_kwargs: dict | None = None) -> Job:
+    plan = plan if isinstance(plan, Plan) else load_plan(plan)
+    cluster = cluster if isinstance(cluster, Cluster) else load_cluster(cluster)
+    if profile is not None and not isinstance(profile, ModelProfile):
+        profile = load_profile(profile)
+    job = Job(plan=plan, cluster=cluster, model=model or plan.model, options=options, profile=profile,
+              model_kwargs=tuple(sorted((model_kwargs or {}).items())))
+    _check_supported(job)
+    return job
+
+
+def layout_of(job: Job) -> RankLayout:
+    model, _ = modelzoo.build(job.model, batch=1, **dict(job.model_kwargs))
+    return job_layout(job, len(modelzoo.layer_graph(model)))
+
+
+def rank_main(rank: int, world_size: int, job: Job, init_method: str, records_path: str | None,
+              on_exit=lambda message: None) -> object:
+    """One rank: join the group, run under the watchdog, gather every record on rank 0."""
+    dist.init_process_group(job.options.backend_name, init_method=init_method, rank=rank,
+                            world_size=world_size, timeout=timedelta(seconds=job.options.timeout_s))
+    layout = layout_of(job)
+    record = RankRecord(rank=rank)
+    health = Health(dist.distributed_c10d._get_default_store(), rank, layout.describe,
+                    timeout_s=job.options.timeout_s, position=lambda: (record.position, record.since),
+                    on_exit=on_exit)
+    health.start()
+    try:
+        run_rank(rank, job, record)
+        record.waiting_on = [r for r in range(world_size) if r != rank]
+        record.at("gather")
+        gathered = [None] * world_size if rank == 0 else None
+        dist.gather_object(record, gathered, dst=0)
+    except RuntimeError as exc:             # gloo: a peer's connection reset, or a timeout
+        raise health.failure(record.waiting_on, record.position, exc) from None
+    health.stop()
+    if rank == 0 and records_path:
+        Path(records_path).write_bytes(pickle.dumps(gathered))
+    dist.destroy_process_group()
+    return gathered
+
+
+def _child(rank: int, world_size: int, job: Job, init_method: str, tmp: str) -> None:
+    error_path = Path(tmp) / f"error{rank}.txt"
+    try:
+        rank_main(rank, world_size, job, init_method, os.path.join(tmp, "records.pkl"),
+                  on_exit=error_path.write_text)
+    except ExecutorError as exc:
+        error_path.write_text(str(exc))
+        os._exit(1)
+    except BaseException:
+        error_path.write_text(traceback.format_exc())
+        os._exit(1)
+
+
+def report_from_records(job: Job, records: list) -> Report:
+    return build_measured_report(job, layout_of(job), records, job.schedules())
+
+
+def launch(plan: Plan | str | Path, cluster: Cluster | str | Path, model: str | None = None, *,
+           profile: ModelProfile | str | Path | None = None, options: ExecOptions = ExecOptions(),
+           out: str | Path | None = None, model_kwargs: dict | None = None) -> Report:
+    """Run the plan for real on this host (one process per rank) and return the measured Report."""
+    job = make_job(plan, cluster, model, profile=profile, options=options, model_kwargs=model_kwargs)
+    layout = layout_of(job)
+    with tempfile.TemporaryDirectory(prefix="hetsim-exec-") as tmp:
+        ctx = mp.get_context("spawn")
+        procs = [ctx.Process(target=_child, args=(r, layout.world_size, job, f"file://{tmp}/store", tmp),
+                             name=f"executor-rank{r}") for r in range(layout.world_size)]
+        for p in procs:
+            p.start()
+        _wait(procs, layout, Path(tmp), job.options.timeout_s)
+        records = pickle.loads((Path(tmp) / "records.pkl").read_bytes())
+    report = report_from_records(job, records)
+    if out is not None:
+        report.write(out)
+    return report
+
+
+def _wait(procs, layout: RankLayout, tmp: Path, timeout_s: float) -> None:
+    """Wait for every rank; after the first failure the rest get timeout_s + grace to exit on their
+    own (the watchdog's job); any still alive then are killed and reported."""
+    deadline = None
+    while any(p.is_alive() for p in procs):
+        for p in procs:
+            p.join(0.05)
+        if deadline is None and any(p.exitcode not in (None, 0) for p in procs):
+            deadline = time.monotonic() + timeout_s + _GRACE_S
+        if deadline is not None and time.monotonic() > deadline:
+            break
+    stuck = [r for r, p in enumerate(procs) if p.is_alive()]
+    for r in stuck:
+        procs[r].kill()
+        procs[r].join()
+    failed = [r for r, p in enumerate(procs) if p.exitcode != 0]
+    if not failed:
+        return
+    lines = []
+    for r in failed:
+        path = tmp / f"error{r}.txt"
+        if r in stuck:
+            lines.append(f"{layout.describe(r)}: did not exit within {timeout_s + _GRACE_S:.0f} s; killed")
+        elif path.exists():
+            lines.append(path.read_text().strip())
+        else:
+            lines.append(f"{layout.describe(r)}: exited with code {procs[r].exitcode} and no message (died)")
+    raise ExecutorError("run failed:\n  " + "\n  ".join(lines))

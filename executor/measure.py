@@ -1,0 +1,141 @@
+"""Turn the ranks' records into a hetsim Report (kind "measurement") and a Chrome trace.
+
+The definitions mirror hetsim.sim.summary so a prediction and a measurement compare field by field:
+throughput per VW from the end of its warm-up minibatches to its last one; per-GPU times over the
+window in which every VW is past warm-up and none has finished.
+"""
+
+from __future__ import annotations
+
+from hetsim.plan import ASYNC_SCHEDULES
+from hetsim.report import GpuStats, Report, VwStats, distribution
+from hetsim.trace import TraceWriter
+
+from executor.emulation import EMULATION_NOTE
+from executor.layout import RankLayout
+from executor.record import RankRecord
+
+__all__ = ["build_measured_report"]
+
+
+def build_measured_report(job, layout: RankLayout, records: list[RankRecord], schedules) -> Report:
+    plan, opts = job.plan, job.options
+    origin = min(r.wall0 for r in records)
+    warm = opts.warmup_waves * plan.nm
+    times = [[records[layout.stage_rank(v, 0)].wall(t) - origin for t in
+              records[layout.stage_rank(v, 0)].completions] for v in range(len(plan.virtual_workers))]
+    windows = [(t[warm - 1] if warm else 0.0, t[-1], len(t) - warm) for t in times]
+    start, end = max(w[0] for w in windows), min(w[1] for w in windows)
+    clipped = {r.rank: _clip(r, origin, start, end) for r in records}
+    vws = [VwStats(name=vw.name, minibatches=n, minibatches_per_s=n / (t1 - t0),
+                   samples_per_s=n * plan.minibatch_size / (t1 - t0),
+                   sync_wait_s=clipped[layout.stage_rank(v, 0)]["sync"])
+           for v, (vw, (t0, t1, n)) in enumerate(zip(plan.virtual_workers, windows))]
+    rate = sum(v.minibatches_per_s for v in vws)
+    report = Report(
+        kind="measurement", plan=plan.to_dict(), cluster=job.cluster.name, model=job.model,
+        profile_source="measured by the executor (torch.distributed, gloo)",
+        settings=_settings(opts), window={"start_s": start, "end_s": end, "duration_s": end - start},
+        throughput={"minibatches_per_s": rate, "samples_per_s": rate * plan.minibatch_size},
+        virtual_workers=vws, gpus=_gpus(job, layout, records, clipped, end - start), links=[],
+        staleness=_staleness(plan, records, schedules, layout), sync=_sync(plan, records, layout),
+        notes=_notes(opts), training=_training(layout, records, clipped, origin, start, end),
+        staleness_local=sorted(x for r in records for x in r.staleness_local),
+        staleness_global=sorted(x for r in records for x in r.staleness_global))
+    if opts.trace:
+        report.trace = _trace(job, layout, records, origin)
+    return report
+
+
+def _clip(rec: RankRecord, origin: float, start: float, end: float) -> dict[str, float]:
+    out = {"compute": 0.0, "wait": 0.0, "sync": 0.0, "optimizer": 0.0}
+    for _, cat, t0, t1 in rec.spans:
+        a, b = max(rec.wall(t0) - origin, start), min(rec.wall(t1) - origin, end)
+        if b > a:
+            out[cat] += b - a
+            if cat == "optimizer":          # optimiser work is compute too (the rank is busy)
+                out["compute"] += b - a
+    return out
+
+
+def _settings(opts) -> dict:
+    return {"waves": opts.waves, "warmup_waves": opts.warmup_waves, "seed": opts.seed, "data": opts.data,
+            "lr": opts.lr, "momentum": opts.momentum, "slowdown": dict(sorted(opts.slowdown.items())),
+            "threads_per_rank": opts.threads, "backend": opts.backend_name, "device": opts.device}
+
+
+def _gpus(job, layout: RankLayout, records, clipped, span: float) -> list[GpuStats]:
+    out = []
+    for role in layout.stage_ranks:
+        rec, c = records[role.rank], clipped[role.rank]
+        slot = job.cluster.gpu(role.gpu)
+        stash = (rec.stash_peak_versions - 1) * rec.weights_bytes
+        out.append(GpuStats(
+            id=role.gpu, type=slot.type.name, vw=job.plan.virtual_workers[role.vw].name, stage=role.stage,
+            layers=role.layers, busy_fraction=c["compute"] / span, compute_s=c["compute"],
+            recv_wait_s=c["wait"], sync_wait_s=c["sync"], memory_bytes=rec.peak_rss_bytes,
+            memory_capacity_bytes=slot.type.memory_bytes,
+            memory_breakdown={"rss_peak_bytes": rec.peak_rss_bytes, "weights_bytes": rec.weights_bytes,
+                              "stashed_weights_bytes": stash}))
+    return out
+
+
+def _staleness(plan, records, schedules, layout: RankLayout) -> dict:
+    asynchronous = plan.schedule in ASYNC_SCHEDULES
+    in_flight = max(schedules[r.vw].in_flight(r.stage) for r in layout.stage_ranks)
+    local = [x[3] for r in records for x in r.staleness_local]
+    out = {"local": distribution(local), "local_bound": in_flight - 1 if asynchronous else 0}
+    if plan.sync.mode == "wsp":
+        out["global"] = distribution(x[4] for r in records for x in r.staleness_global)
+        out["global_bound"] = plan.sync.staleness_bound + plan.sync.offset_for(plan.schedule)
+    return out
+
+
+def _sync(plan, records, layout: RankLayout) -> dict:
+    out: dict = {"mode": plan.sync.mode}
+    if plan.sync.mode == "wsp":
+        offset = plan.sync.offset_for(plan.schedule)
+        gates = [g for r in records for g in r.gates]
+        out.update(staleness_bound=plan.sync.staleness_bound, pull_offset=offset,
+                   ps_placement=plan.sync.ps_placement, parameter_server_ranks=len(layout.ps_ranks),
+                   max_clock_gap=max(((w - offset) - c for _, _, w, _, c in gates), default=0),
+                   bound_wait_s={vw.name: sum(g[3] for g in gates if g[0] == i and g[1] == 0)
+                                 for i, vw in enumerate(plan.virtual_workers)})
+    return out
+
+
+def _notes(opts) -> list[str]:
+    notes = ["measured: torch.distributed executor, one process per stage and per parameter server"]
+    if any(f != 1.0 for f in opts.slowdown.values()):
+        notes.append(EMULATION_NOTE + ": " + ", ".join(f"{g} x{f}" for g, f in sorted(opts.slowdown.items())))
+    return notes
+
+
+def _training(layout: RankLayout, records, clipped, origin: float, start: float, end: float) -> dict:
+    losses = sorted(x for r in records for x in r.losses)
+    cpu = {layout.roles[r.rank].gpu: sum(c for t, c in r.cpu if start < r.wall(t) - origin <= end)
+           for r in records if layout.roles[r.rank].kind == "stage"}
+    return {"losses": [list(x) for x in losses],
+            "compute_cpu_s": cpu,     # thread CPU seconds of forward/backward/optimiser in the window
+            "optimizer_s": {layout.describe(r.rank): clipped[r.rank]["optimizer"] for r in records
+                            if layout.roles[r.rank].kind == "stage"},
+            "weight_versions": {layout.describe(r.rank): [list(v) for v in r.versions] for r in records
+                                if r.versions},
+            "emulation": EMULATION_NOTE}
+
+
+def _trace(job, layout: RankLayout, records, origin: float) -> TraceWriter:
+    trace = TraceWriter("measurement")
+    rows = {}
+    for role in layout.stage_ranks:           # the simulator's row names: "gpuN TYPE [vw sS]"
+        slot = job.cluster.gpu(role.gpu)
+        rows[role.rank] = (slot.node, f"{slot.id.split('/')[1]} {slot.type.display_name} "
+                                      f"[{job.plan.virtual_workers[role.vw].name} s{role.stage}]")
+    order = {g.id: i for i, g in enumerate(job.cluster.gpus)}
+    for rank in sorted(rows, key=lambda r: order[layout.roles[r].gpu]):
+        trace.row(*rows[rank])
+    for role in layout.stage_ranks:
+        rec = records[role.rank]
+        for name, cat, t0, t1 in rec.spans:
+            trace.span(*rows[role.rank], name, rec.wall(t0) - origin, t1 - t0, cat=cat)
+    return trace

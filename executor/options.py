@@ -1,0 +1,59 @@
+"""What an execution runs: how many waves, which data, which optimiser settings, which emulation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hetsim.errors import HetsimError
+
+__all__ = ["ExecOptions"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExecOptions:
+    waves: int = 6
+    warmup_waves: int = 1
+    seed: int = 0
+    data: str = "teacher"                  # "teacher" (learnable synthetic task) or "random" (throughput)
+    lr: float = 0.05
+    momentum: float = 0.9
+    slowdown: dict[str, float] = field(default_factory=dict)   # gpu id -> emulated factor (>= 1)
+    threads: int = 1                       # torch threads per rank
+    backend: str = "auto"                  # gloo on CPU, nccl on CUDA
+    device: str = "cpu"
+    timeout_s: float = 60.0                # a peer silent this long is reported dead
+    trace: bool = True
+    checkpoint_dir: str | None = None     # flush schedules: save every stage's state after each wave
+    resume: bool = False                   # start after the last wave every stage has a checkpoint of
+    fault: str = ""                        # testing: "RANK:ACTION:die" or "RANK:ACTION:hang", e.g. "1:F3:die"
+
+    def __post_init__(self):
+        if self.waves < 1:
+            raise HetsimError(f"waves: must be >= 1, got {self.waves}")
+        if not 0 <= self.warmup_waves < self.waves:
+            raise HetsimError(f"warmup_waves: must be in [0, waves), got {self.warmup_waves} with waves={self.waves}")
+        if self.data not in ("teacher", "random"):
+            raise HetsimError(f"data: unknown mode {self.data!r}; choose teacher or random")
+        for gpu, factor in self.slowdown.items():
+            if not factor >= 1.0:
+                raise HetsimError(f"slowdown[{gpu}]: an emulated slowdown must be >= 1, got {factor}")
+        self.fault_spec
+        if self.resume and not self.checkpoint_dir:
+            raise HetsimError("resume: needs checkpoint_dir")
+        if self.threads < 1 or self.timeout_s <= 0:
+            raise HetsimError("threads must be >= 1 and timeout_s > 0")
+
+    @property
+    def fault_spec(self) -> tuple[int, str, str] | None:
+        if not self.fault:
+            return None
+        parts = self.fault.split(":")
+        if len(parts) != 3 or not parts[0].isdigit() or parts[2] not in ("die", "hang"):
+            raise HetsimError(f"fault: expected RANK:ACTION:die|hang, e.g. 1:F3:die, got {self.fault!r}")
+        return int(parts[0]), parts[1], parts[2]
+
+    @property
+    def backend_name(self) -> str:
+        if self.backend != "auto":
+            return self.backend
+        return "nccl" if self.device.startswith("cuda") else "gloo"

@@ -1,0 +1,173 @@
+"""A stage rank replays its list of hetsim schedule actions; the simulator's twin is hetsim.sim.pipeline.
+
+Each action kind has a small handler. Sends are asynchronous (isend), receives block, as the
+simulator assumes; time spent blocked is recorded as waiting, forwards/backwards as compute.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+import torch.distributed as dist
+
+from executor.data import SyntheticData
+from executor.emulation import Emulation
+from executor.record import RankRecord
+from executor.stage import StageModel
+from executor.wsp import WspClient
+
+__all__ = ["StageRank"]
+
+
+class StageRank:
+    def __init__(self, *, vw: int, stage: int, n_stages: int, nm: int, asynchronous: bool,
+                 model: StageModel, data: SyntheticData, in_shapes: list[tuple[int, ...]],
+                 out_shapes: list[tuple[int, ...]], prev_rank: int | None, next_rank: int | None,
+                 emulation: Emulation, record: RankRecord, wsp: WspClient | None = None,
+                 group=None, group_ranks: list[int] | None = None, n_vw: int = 1,
+                 checkpoint=None, fault: tuple[int, str, str] | None = None, rank: int = -1):
+        self.vw, self.stage, self.n_stages, self.nm = vw, stage, n_stages, nm
+        self.asynchronous = asynchronous
+        self.model, self.data, self.emulation, self.rec = model, data, emulation, record
+        self.in_shapes, self.out_shapes = in_shapes, out_shapes
+        self.prev_rank, self.next_rank = prev_rank, next_rank
+        self.wsp, self.group, self.group_ranks, self.n_vw = wsp, group, group_ranks or [], n_vw
+        self.checkpoint = checkpoint          # callable(wave) after each STEP, or None
+        self.rank, self.fault = rank, fault
+        self.applied = 0                  # own minibatches whose updates are in the local weights
+        self._received: dict[tuple[str, int], tuple[torch.Tensor, ...]] = {}
+        self._outbox: dict[tuple[str, int], tuple[torch.Tensor, ...]] = {}
+        self._sends: list = []
+
+    def run(self, actions, start: int = 0) -> None:
+        """Replay actions[start:] (start > 0 when resuming from a checkpoint)."""
+        for kind, index in actions[start:]:
+            self.rec.at(f"{kind}{index}")
+            if self.fault is not None and self.fault[:2] == (self.rank, f"{kind}{index}"):
+                _inject(self.fault[2])
+            _HANDLERS[kind](self, index)
+        self.rec.at("done")
+        for work in self._sends:
+            work.wait()
+        if self.wsp is not None:
+            self.wsp.finish()
+
+    # compute -----------------------------------------------------------------------------------
+    def _compute(self, name: str, fn, cat: str = "compute"):
+        t0, cpu0 = time.perf_counter(), self.emulation.start()
+        out = fn()
+        cpu1 = time.thread_time()
+        self.emulation.stretch(cpu0)
+        t1 = time.perf_counter()
+        self.rec.span(name, cat, t0, t1)
+        self.rec.cpu.append((t1, cpu1 - cpu0))   # the work itself, without emulation or preemption
+        return out
+
+    def forward(self, mb: int) -> None:
+        last = self.stage == self.n_stages - 1
+        inputs = (self.data.inputs(self.vw, mb),) if self.stage == 0 else self._received.pop(("F", mb))
+        labels = self.data.labels(self.vw, mb) if last else None
+        expected = mb if self.asynchronous else mb - mb % self.nm
+        self.rec.staleness_local.append((self.vw, self.stage, mb, expected - self.applied))
+        outputs = self._compute(f"F{mb}", lambda: self.model.forward(mb, inputs, labels))
+        if last:
+            self.rec.losses.append((self.vw, mb, self.model.loss_of(mb)))
+        else:
+            self._outbox[("F", mb)] = outputs
+
+    def backward(self, mb: int) -> None:
+        grads = None if self.stage == self.n_stages - 1 else self._received.pop(("B", mb))
+
+        def run():
+            out = self.model.backward(mb, grads, need_input_grads=self.stage > 0)
+            if not self.asynchronous:
+                self.model.accumulate(mb)
+            return out
+        grad_inputs = self._compute(f"B{mb}", run)
+        if self.stage > 0:
+            self._outbox[("B", mb)] = grad_inputs
+        else:
+            self.rec.completions.append(time.perf_counter())
+
+    # point to point ------------------------------------------------------------------------------
+    def _send(self, kind: str, mb: int, dst: int) -> None:
+        self._sends = [w for w in self._sends if not w.is_completed()]
+        for j, tensor in enumerate(self._outbox.pop((kind, mb))):
+            self._sends.append(dist.isend(tensor.contiguous(), dst, tag=mb * 16 + j))
+
+    def _recv(self, kind: str, mb: int, src: int, shapes) -> None:
+        t0 = time.perf_counter()
+        self.rec.waiting_on = [src]
+        tensors = tuple(torch.empty(shape) for shape in shapes)
+        for j, tensor in enumerate(tensors):
+            dist.recv(tensor, src, tag=mb * 16 + j)
+        self.rec.span(f"wait {kind}{mb}", "wait", t0, time.perf_counter())
+        self._received[(kind, mb)] = tensors
+
+    # optimiser and synchronisation ----------------------------------------------------------------
+    def _changed(self, wave: int, name: str, change) -> None:
+        """Apply a weight change; under WSP remember it as part of the wave's update to push.
+        Optimiser time is its own category: the simulator counts only forwards and backwards."""
+        deltas = self._compute(name, change, "optimizer")
+        if self.wsp is not None:
+            self.wsp.record(wave, deltas)
+
+    def update(self, mb: int) -> None:
+        self._changed(mb // self.nm, f"U{mb}", lambda: self.model.update(mb))
+        self.applied = mb + 1
+
+    def step(self, wave: int) -> None:
+        self._changed(wave, f"STEP{wave}", self.model.step)
+        self.applied = (wave + 1) * self.nm
+        if self.checkpoint is not None:
+            self.checkpoint(wave)
+
+    def push(self, wave: int) -> None:
+        version = self.wsp.version
+        self.rec.staleness_global.append((self.vw, self.stage, wave, version, wave - version))
+        self.wsp.push(wave)
+
+    def pull(self, wave: int) -> None:
+        t0 = time.perf_counter()
+        self.rec.waiting_on = list(self.wsp.ps_ranks)
+        weights, clock = self.wsp.pull(wave, self.model.flat())
+        self.model.set_flat(weights)
+        t1 = time.perf_counter()
+        self.rec.gates.append((self.vw, self.stage, wave, t1 - t0, clock))
+        self.rec.span(f"pull {wave}", "sync", t0, t1)
+
+    def allreduce(self, wave: int) -> None:
+        """BSP: average the wave's gradients with the same stage of every VW (ring all-reduce in gloo)."""
+        t0 = time.perf_counter()
+        self.rec.waiting_on = self.group_ranks
+        grads = self.model.wave_grads()
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat, group=self.group)
+        flat /= self.n_vw
+        out, offset = [], 0
+        for g in grads:
+            out.append(flat[offset:offset + g.numel()].view_as(g))
+            offset += g.numel()
+        self.model.set_wave_grads(out)
+        self.rec.span(f"allreduce {wave}", "sync", t0, time.perf_counter())
+
+
+def _inject(kind: str) -> None:
+    """Testing: this rank dies (exits without a word) or hangs (never returns)."""
+    if kind == "die":
+        os._exit(1)
+    while True:
+        time.sleep(1.0)
+
+
+_HANDLERS = {
+    "F": StageRank.forward, "B": StageRank.backward,
+    "SEND_F": lambda r, mb: r._send("F", mb, r.next_rank),
+    "SEND_B": lambda r, mb: r._send("B", mb, r.prev_rank),
+    "RECV_F": lambda r, mb: r._recv("F", mb, r.prev_rank, r.in_shapes),
+    "RECV_B": lambda r, mb: r._recv("B", mb, r.next_rank, r.out_shapes),
+    "UPDATE": StageRank.update, "STEP": StageRank.step, "PUSH": StageRank.push, "PULL": StageRank.pull,
+    "ALLREDUCE": StageRank.allreduce,
+}

@@ -1,0 +1,195 @@
+"""One pipeline stage's model state: its layers, weights, optimiser, and stashed weight versions.
+
+Weights are plain tensors replaced (never modified in place) by every update, so a stashed version
+is just a reference to the tensors a forward used: the backward of that minibatch differentiates
+through the same tensors (PipeDream's weight stashing, SOSP'19 §3.3) at no copying cost, and the
+gradient is then applied to the newest weights. Flush schedules accumulate gradients over a wave and
+take one step (GPipe / PipeDream-Flush).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.func import functional_call
+
+from modelzoo.graph import LayerGraph
+
+__all__ = ["StageModel", "InFlight"]
+
+
+class _StageModule(nn.Module):
+    """Layers [lo, hi) of a graph called with the tensors crossing cut lo, in `crossing` order."""
+
+    def __init__(self, graph: LayerGraph, lo: int, hi: int):
+        super().__init__()
+        self.layers = graph.layers          # registered, so functional_call can swap their weights
+        self.graph, self.lo, self.hi = graph, lo, hi
+        self.inputs = graph.crossing(lo)
+
+    def forward(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        out = self.graph.run(self.lo, self.hi, dict(zip(self.inputs, tensors)))
+        return tuple(out[k] for k in self.graph.crossing(self.hi))
+
+
+@dataclass
+class InFlight:
+    version: int                       # id of the weights version the forward used
+    weights: list[torch.Tensor]        # that version's tensors (the stash)
+    leaves: list[torch.Tensor]         # the weight tensors the forward differentiated through
+    inputs: tuple[torch.Tensor, ...]
+    outputs: tuple[torch.Tensor, ...]
+    loss: torch.Tensor | None
+
+
+class StageModel:
+    def __init__(self, graph: LayerGraph, lo: int, hi: int, *, is_last: bool, lr: float, momentum: float):
+        for i in range(len(graph)):
+            if not lo <= i < hi:
+                graph.layers[i] = nn.Identity()          # other stages' weights are not kept here
+        self.module = _StageModule(graph, lo, hi)
+        named = [(f"layers.{i}.{n}", p) for i in range(lo, hi)
+                 for n, p in graph.layers[i].named_parameters()]
+        self.names = [n for n, _ in named]
+        self.weights = [p.detach().clone() for _, p in named]
+        self.is_last, self.lr, self.momentum = is_last, lr, momentum
+        self.version = 0                  # bumped whenever the weights change (update, step, pull)
+        self._buf: list[torch.Tensor | None] = [None] * len(self.weights)
+        self._acc: list[torch.Tensor] | None = None       # flush schedules: gradients of the wave
+        self._acc_count = 0
+        self.inflight: dict[int, InFlight] = {}
+        self.grads: dict[int, list[torch.Tensor]] = {}     # asynchronous: per minibatch until UPDATE
+        # (mb, version at forward, version the backward used, version current at backward)
+        self.versions: list[tuple[int, int, int, int]] = []
+        self._ptr_version: dict[int, int] = {}
+        self._pool: list[list[torch.Tensor]] = []        # spare weight tensors (see _apply)
+        self.track_deltas = False         # set under WSP: updates return their weight changes
+        self.peak_versions = 1            # most weight versions alive at once (current + stashes)
+        self._mark()
+
+    @property
+    def numel(self) -> int:
+        return sum(w.numel() for w in self.weights)
+
+    def forward(self, mb: int, inputs: tuple[torch.Tensor, ...], labels: torch.Tensor | None
+                ) -> tuple[torch.Tensor, ...]:
+        """Run the stage on minibatch `mb`; returns the (detached) tensors to send downstream."""
+        leaves = [w.detach().requires_grad_(True) for w in self.weights]
+        inputs = tuple(t.requires_grad_(True) if t.is_floating_point() and not t.requires_grad else t
+                       for t in inputs)
+        outputs = functional_call(self.module, dict(zip(self.names, leaves)), inputs, strict=False)
+        loss = nn.functional.cross_entropy(outputs[0], labels) if self.is_last else None
+        self.inflight[mb] = InFlight(self.version, self.weights, leaves, inputs, outputs, loss)
+        live = {r.version for r in self.inflight.values()} | {self.version}
+        self.peak_versions = max(self.peak_versions, len(live))
+        return tuple(o.detach() for o in outputs)
+
+    def backward(self, mb: int, grad_outputs: tuple[torch.Tensor, ...] | None,
+                 need_input_grads: bool) -> tuple[torch.Tensor, ...]:
+        """Gradients of minibatch `mb` through the weights its forward used (the stash)."""
+        rec = self.inflight.pop(mb)
+        # Which version the backward differentiates through, read from the tensors themselves.
+        used = self._ptr_version.get(rec.leaves[0].data_ptr(), -1) if rec.leaves else rec.version
+        self.versions.append((mb, rec.version, used, self.version))
+        if self.is_last:
+            roots, root_grads = [rec.loss], None
+        else:
+            pairs = [(o, g) for o, g in zip(rec.outputs, grad_outputs) if o.requires_grad]
+            roots, root_grads = [p[0] for p in pairs], [p[1] for p in pairs]
+        wanted = list(rec.leaves) + (list(rec.inputs) if need_input_grads else [])
+        grads = torch.autograd.grad(roots, wanted, root_grads, allow_unused=True)
+        weight_grads = [torch.zeros_like(w) if g is None else g
+                        for w, g in zip(rec.leaves, grads[:len(rec.leaves)])]
+        self._release(rec.version, rec.weights)
+        self._collect(mb, weight_grads)
+        if not need_input_grads:
+            return ()
+        return tuple(torch.zeros_like(t) if g is None else g
+                     for t, g in zip(rec.inputs, grads[len(rec.leaves):]))
+
+    def _collect(self, mb: int, grads: list[torch.Tensor]) -> None:
+        self.grads[mb] = grads
+
+    def loss_of(self, mb: int) -> float | None:
+        rec = self.inflight.get(mb)
+        return None if rec is None or rec.loss is None else float(rec.loss.detach())
+
+    def accumulate(self, mb: int) -> None:
+        """Flush schedules: add minibatch `mb`'s gradients to the wave's sum."""
+        grads = self.grads.pop(mb)
+        if self._acc is None:
+            self._acc = grads                 # autograd's fresh tensors: ours to add into
+        else:
+            for a, g in zip(self._acc, grads):
+                a.add_(g)
+        self._acc_count += 1
+
+    def update(self, mb: int) -> list[torch.Tensor]:
+        """Asynchronous schedules: apply minibatch `mb`'s gradients to the newest weights.
+        Returns the change of every weight tensor."""
+        return self._apply(self.grads.pop(mb))
+
+    def step(self) -> list[torch.Tensor]:
+        """Flush schedules: one step with the mean gradient of the wave; returns the weight changes."""
+        grads, scale = self._acc, 1.0 / self._acc_count
+        self._acc, self._acc_count = None, 0
+        return self._apply(grads, scale)
+
+    def wave_grads(self) -> list[torch.Tensor]:
+        return self._acc
+
+    def set_wave_grads(self, grads: list[torch.Tensor]) -> None:
+        self._acc = grads
+
+    def _apply(self, grads: list[torch.Tensor], scale: float = 1.0) -> list[torch.Tensor]:
+        """SGD with momentum, as torch.optim.SGD (dampening 0): buf = m buf + g; w = w - lr buf,
+        with g = scale x grads (a flush step's mean over the wave).
+
+        The new weights go into fresh tensors when a stashed minibatch still uses the current ones
+        (taken from versions no longer used, so large updates do not allocate), else in place."""
+        stashed = any(r.version == self.version for r in self.inflight.values())
+        target = (self._pool.pop() if self._pool else [torch.empty_like(w) for w in self.weights]) \
+            if stashed else self.weights
+        deltas = []
+        for i, (w, g) in enumerate(zip(self.weights, grads)):
+            buf = self._buf[i]
+            if buf is None:
+                buf = self._buf[i] = g.clone() if scale == 1.0 else g * scale
+            else:
+                buf.mul_(self.momentum).add_(g, alpha=scale)
+            old = w.clone() if self.track_deltas and not stashed else w
+            torch.add(w, buf, alpha=-self.lr, out=target[i])
+            if self.track_deltas:           # WSP pushes exactly what changed (w - lr buf rounds)
+                deltas.append(target[i] - old)
+        self.weights = target
+        self.version += 1
+        self._mark()
+        return deltas
+
+    def _release(self, version: int, weights: list[torch.Tensor]) -> None:
+        """A stashed version no forward in flight uses any more becomes a buffer for the next one."""
+        if version != self.version and all(r.version != version for r in self.inflight.values()):
+            if len(self._pool) < 2:
+                self._pool.append(weights)
+
+    def flat(self) -> torch.Tensor:
+        return torch.cat([w.reshape(-1) for w in self.weights]) if self.weights else torch.zeros(0)
+
+    def set_flat(self, flat: torch.Tensor) -> None:
+        out, offset = [], 0
+        for w in self.weights:
+            out.append(flat[offset:offset + w.numel()].view_as(w).clone())
+            offset += w.numel()
+        self.weights = out
+        self.version += 1
+        self._mark()
+
+    def _mark(self) -> None:
+        """Remember which version the current weight tensors are (stashes keep old ones alive)."""
+        if len(self._ptr_version) > 4 * (len(self.inflight) + 2):
+            keep = {r.leaves[0].data_ptr() for r in self.inflight.values() if r.leaves}
+            self._ptr_version = {p: v for p, v in self._ptr_version.items() if p in keep}
+        if self.weights:
+            self._ptr_version[self.weights[0].data_ptr()] = self.version

@@ -1,0 +1,190 @@
+"""Set up one rank from the job description (the same on every rank) and run its role."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import torch
+import torch.distributed as dist
+
+import modelzoo
+from executor.checkpoint import last_common_wave, load_stage, save_stage
+from executor.data import SyntheticData
+from executor.emulation import Emulation
+from executor.layout import RankLayout, rank_layout, shard_indices
+from executor.options import ExecOptions
+from executor.record import RankRecord
+from executor.runner import StageRank
+from executor.stage import StageModel
+from executor.wsp import ParameterServer, WspClient, _ranges_index
+from hetsim.cluster import Cluster
+from hetsim.errors import PlanError
+from hetsim.feasibility import vw_schedule
+from hetsim.parameter_servers import ps_shards
+from hetsim.plan import ASYNC_SCHEDULES, Plan
+from hetsim.profile import ModelProfile
+from hetsim.schedule import Action, Schedule
+
+__all__ = ["Job", "run_rank", "job_layout"]
+
+
+def _saver(directory: str, rank: int, r: StageRank):
+    def save(wave: int) -> None:
+        save_stage(directory, rank, wave, {"weights": r.model.weights, "momentum": r.model._buf,
+                                           "version": r.model.version, "applied": r.applied})
+    return save
+
+
+def _restore(runner: StageRank, state: dict) -> None:
+    runner.model.weights = state["weights"]
+    runner.model._buf = state["momentum"]
+    runner.model.version = state["version"]
+    runner.model._mark()
+    runner.applied = state["applied"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Job:
+    plan: Plan
+    cluster: Cluster
+    model: str
+    options: ExecOptions
+    profile: ModelProfile | None = None     # shapes the hetpipe order (the plan's nominal costs)
+    model_kwargs: tuple[tuple[str, object], ...] = ()   # constructor arguments, e.g. (("hidden", 1024),)
+
+    def schedules(self) -> list[Schedule]:
+        if self.plan.schedule == "hetpipe" and self.profile is None:
+            raise PlanError("executor: the hetpipe schedule is ordered by the profile's costs; pass --profile")
+        profile = self.profile.scaled_to_batch(self.plan.minibatch_size) if self.profile else None
+        return [vw_schedule(self.plan, vw, self.cluster, profile, self.options.waves)
+                for vw in self.plan.virtual_workers]
+
+
+def _shards(job: Job, n_layers: int) -> list:
+    # ps_shards reads only the layer count from the profile.
+    return ps_shards(job.plan, job.cluster, SimpleNamespace(n_layers=n_layers))
+
+
+def job_layout(job: Job, n_layers: int) -> RankLayout:
+    return rank_layout(job.plan, len(_shards(job, n_layers)) if job.plan.sync.mode == "wsp" else 0)
+
+
+def _check_supported(job: Job) -> None:
+    if job.options.checkpoint_dir and (job.plan.schedule in ASYNC_SCHEDULES or job.plan.sync.mode == "wsp"):
+        raise PlanError("executor: checkpoints need a flush schedule (gpipe, 1f1b-flush) with sync none or "
+                        f"bsp (a consistent cut after each wave); plan {job.plan.name} uses "
+                        f"{job.plan.schedule} with sync {job.plan.sync.mode}")
+    if job.plan.sync.mode == "sdpipe":
+        raise PlanError("executor: sync sdpipe is not implemented in the executor yet (wsp, bsp, none are)")
+    if job.options.device != "cpu":
+        raise PlanError(f"executor: device {job.options.device!r} is not supported yet; use cpu")
+
+
+def _model(job: Job):
+    torch.manual_seed(job.options.seed)
+    model, example = modelzoo.build(job.model, batch=1, **dict(job.model_kwargs))
+    graph = modelzoo.layer_graph(model)
+    values = {modelzoo.MODEL_INPUT: example}
+    with torch.no_grad():
+        for i in range(len(graph)):
+            values[i] = graph.layers[i](*(values[p] for p in graph.preds[i]))
+    return graph, example, values
+
+
+def run_rank(rank: int, job: Job, record: RankRecord) -> RankRecord:
+    """Everything one rank does between process-group start and the gather of records."""
+    _check_supported(job)
+    torch.set_num_threads(job.options.threads)
+    graph, example, values = _model(job)
+    layout = job_layout(job, len(graph))
+    numel = [sum(p.numel() for p in graph.layers[i].parameters()) for i in range(len(graph))]
+    shards = [(s.layers, s.fraction) for s in _shards(job, len(graph))]
+    role = layout.roles[rank]
+    resume = _resume_wave(job, layout)      # read before the barrier: nobody has saved a newer one yet
+    record.waiting_on = [r.rank for r in layout.roles if r.rank != rank]
+    dist.barrier()
+    record.perf0, record.wall0 = time.perf_counter(), time.time()
+    groups = _bsp_groups(job, layout)
+    if role.kind == "ps":
+        _serve(job, layout, graph, numel, shards, role.ps_index)
+    else:
+        _stage(job, layout, role, graph, example, values, numel, shards, record, groups, resume)
+    record.finish()
+    return record
+
+
+def _resume_wave(job: Job, layout: RankLayout) -> int | None:
+    opts = job.options
+    if not opts.resume:
+        return None
+    wave = last_common_wave(opts.checkpoint_dir, [r.rank for r in layout.stage_ranks])
+    if wave is not None and wave + 1 + opts.warmup_waves >= opts.waves:
+        raise PlanError(f"resume: checkpoints reach wave {wave}; with {opts.waves} waves and "
+                        f"{opts.warmup_waves} warm-up there is nothing left to measure")
+    return wave
+
+
+def _bsp_groups(job: Job, layout: RankLayout) -> dict[int, object]:
+    """One process group per stage index across VWs (every rank must create them, in order)."""
+    if job.plan.sync.mode != "bsp":
+        return {}
+    n_stages = len(job.plan.virtual_workers[0].stages)
+    return {s: dist.new_group([layout.stage_rank(v, s) for v in range(len(job.plan.virtual_workers))])
+            for s in range(n_stages)}
+
+
+def _serve(job: Job, layout: RankLayout, graph, numel, shards, j: int) -> None:
+    """A parameter-server rank (it waits on every stage rank)."""
+    flat = torch.cat([p.detach().reshape(-1) for p in graph.layers.parameters()])
+    offsets = [0]
+    for n in numel:
+        offsets.append(offsets[-1] + n)
+    index = {}
+    for r in layout.stage_ranks:
+        lo, hi = r.layers
+        index[(r.vw, r.stage)] = (r.rank, _ranges_index(shard_indices(numel, shards, j, lo, hi), offsets[lo]))
+    n_stages = [len(vw.stages) for vw in job.plan.virtual_workers]
+    ParameterServer(global_flat=flat, stage_index=index, n_stages=n_stages, waves=job.options.waves,
+                    staleness_bound=job.plan.sync.staleness_bound,
+                    pull_offset=job.plan.sync.offset_for(job.plan.schedule)).serve()
+
+
+def _stage(job: Job, layout, role, graph, example, values, numel, shards, record, groups, resume) -> None:
+    plan, opts = job.plan, job.options
+    vw, s = role.vw, role.stage
+    n_stages = len(plan.virtual_workers[vw].stages)
+    lo, hi = role.layers
+    batch = plan.minibatch_size
+    shapes = lambda cut: [(batch, *values[k].shape[1:]) for k in graph.crossing(cut)]
+    num_classes = values[len(graph) - 1].shape[-1]
+    data = SyntheticData(mode=opts.data, seed=opts.seed, batch=batch, input_shape=tuple(example.shape[1:]),
+                         num_classes=num_classes)
+    model = StageModel(graph, lo, hi, is_last=s == n_stages - 1, lr=opts.lr, momentum=opts.momentum)
+    wsp = None
+    model.track_deltas = plan.sync.mode == "wsp"
+    if plan.sync.mode == "wsp":
+        ps = [r.rank for r in layout.ps_ranks]
+        wsp = WspClient(vw=vw, stage=s, ps_ranks=ps,
+                        shard_ranges=[shard_indices(numel, shards, j, lo, hi) for j in range(len(ps))])
+    runner = StageRank(
+        vw=vw, stage=s, n_stages=n_stages, nm=plan.nm, asynchronous=plan.schedule in ASYNC_SCHEDULES,
+        model=model, data=data, in_shapes=shapes(lo), out_shapes=shapes(hi),
+        prev_rank=layout.stage_rank(vw, s - 1) if s > 0 else None,
+        next_rank=layout.stage_rank(vw, s + 1) if s + 1 < n_stages else None,
+        emulation=Emulation(opts.slowdown.get(role.gpu, 1.0)), record=record, wsp=wsp,
+        group=groups.get(s), n_vw=len(plan.virtual_workers),
+        group_ranks=[layout.stage_rank(v, s) for v in range(len(plan.virtual_workers))],
+        fault=opts.fault_spec, rank=role.rank)
+    if opts.checkpoint_dir:
+        runner.checkpoint = _saver(opts.checkpoint_dir, role.rank, runner)
+    actions = job.schedules()[vw].stages[s]
+    start = 0
+    if resume is not None:
+        _restore(runner, load_stage(opts.checkpoint_dir, role.rank, resume))
+        start = actions.index(Action("STEP", resume)) + 1
+    runner.run(actions, start)
+    record.versions = model.versions
+    record.weights_bytes = model.numel * 4
+    record.stash_peak_versions = model.peak_versions

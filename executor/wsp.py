@@ -1,0 +1,148 @@
+"""Wave Synchronous Parallel through parameter-server ranks (HetPipe, ATC'20 §5), the protocol
+hetsim.sim.wsp models: each stage pushes its wave's aggregated update once per wave to every shard;
+a VW's clock advances when all its stages' pushes of that wave have arrived (in wave order); the
+global clock is the minimum; the pull before wave w is answered once global clock >= w - pull_offset - D.
+
+Weights after a pull are the global weights plus this stage's own updates the server has not
+received yet (it tells how many pushes it holds), so no local update is lost or counted twice.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["ParameterServer", "WspClient", "PUSH", "PULL"]
+
+PUSH, PULL = 0, 1
+_HEADER, _PAYLOAD, _REPLY, _WEIGHTS = 1, 2, 3, 4
+
+
+def _ranges_index(ranges: list[tuple[int, int]], base: int = 0) -> torch.Tensor:
+    if not ranges:
+        return torch.zeros(0, dtype=torch.long)
+    return torch.cat([torch.arange(base + a, base + b) for a, b in ranges])
+
+
+class ParameterServer:
+    """One shard's server loop. `stage_index[(vw, s)]` = (rank, indices into the global flat vector)."""
+
+    def __init__(self, *, global_flat: torch.Tensor, stage_index: dict[tuple[int, int], tuple[int, torch.Tensor]],
+                 n_stages: list[int], waves: int, staleness_bound: int, pull_offset: int):
+        self.weights = global_flat.clone()
+        self.stage_index = stage_index
+        self.by_rank = {rank: key for key, (rank, _) in stage_index.items()}
+        self.n_stages, self.waves = n_stages, waves
+        self.D, self.offset = staleness_bound, pull_offset
+        self.c_local = [0] * len(n_stages)
+        self.pushes = {key: 0 for key in stage_index}
+        self._arrived: dict[tuple[int, int], int] = {}
+        self._waiting: list[tuple[int, int, int]] = []      # (clock needed, rank, wave)
+
+    @property
+    def c_global(self) -> int:
+        return min(self.c_local)
+
+    def serve(self) -> None:
+        expected = sum(self.waves + (self.waves - 1) for _ in self.stage_index)
+        header = torch.zeros(4, dtype=torch.long)
+        for _ in range(expected):
+            src = dist.recv(header, tag=_HEADER)
+            kind, vw, stage, wave = (int(x) for x in header)
+            if kind == PUSH:
+                self._push(src, vw, stage, wave)
+            else:
+                self._waiting.append((wave - self.offset - self.D, src, wave))
+            self._answer_ready()
+        if self._waiting:
+            raise RuntimeError(f"parameter server: pulls never answered: {self._waiting}")
+
+    def _push(self, src: int, vw: int, stage: int, wave: int) -> None:
+        _, index = self.stage_index[(vw, stage)]
+        update = torch.empty(len(index))
+        if len(index):
+            dist.recv(update, src=src, tag=_PAYLOAD)
+            self.weights.index_add_(0, index, update)
+        self.pushes[(vw, stage)] += 1
+        key = (vw, wave)
+        self._arrived[key] = self._arrived.get(key, 0) + 1
+        while self._arrived.get((vw, self.c_local[vw]), 0) == self.n_stages[vw]:
+            del self._arrived[(vw, self.c_local[vw])]
+            self.c_local[vw] += 1
+
+    def _answer_ready(self) -> None:
+        ready = [w for w in self._waiting if w[0] <= self.c_global]
+        self._waiting = [w for w in self._waiting if w[0] > self.c_global]
+        for _, rank, _wave in ready:
+            key = self.by_rank[rank]
+            _, index = self.stage_index[key]
+            dist.send(torch.tensor([self.c_global, self.pushes[key]], dtype=torch.long), rank, tag=_REPLY)
+            if len(index):
+                dist.send(self.weights[index].contiguous(), rank, tag=_WEIGHTS)
+
+
+class WspClient:
+    """A stage's side: keeps its own per-wave updates until every server has received them."""
+
+    def __init__(self, *, vw: int, stage: int, ps_ranks: list[int], shard_ranges: list[list[tuple[int, int]]]):
+        self.vw, self.stage = vw, stage
+        self.ps_ranks = ps_ranks
+        self.index = [_ranges_index(r) for r in shard_ranges]
+        self.updates: dict[int, torch.Tensor] = {}          # wave -> sum of own weight deltas (flat)
+        self._open: dict[int, list[torch.Tensor]] = {}      # wave -> per-tensor sums, not yet flat
+        self.version = 0                                     # global clock of the last pulled weights
+        self._pending: list = []
+
+    def record(self, wave: int, deltas: list[torch.Tensor]) -> None:
+        """Add one update's weight changes to its wave's sum (flattened only when needed)."""
+        if wave in self._open:
+            for acc, d in zip(self._open[wave], deltas):
+                acc += d
+        else:
+            self._open[wave] = [d.clone() for d in deltas]
+
+    def _flatten(self) -> None:
+        for wave, parts in self._open.items():
+            flat = torch.cat([p.reshape(-1) for p in parts]) if parts else torch.zeros(0)
+            self.updates[wave] = self.updates[wave] + flat if wave in self.updates else flat
+        self._open = {}
+
+    def push(self, wave: int) -> None:
+        """Send the wave's aggregated update to every shard; does not wait (as in the simulator)."""
+        self._flatten()
+        update = self.updates.get(wave)
+        self._pending = [w for w in self._pending if not w.is_completed()]
+        for rank, index in zip(self.ps_ranks, self.index):
+            self._pending.append(dist.isend(torch.tensor([PUSH, self.vw, self.stage, wave]), rank, tag=_HEADER))
+            if len(index):
+                payload = update[index].contiguous() if update is not None else torch.zeros(len(index))
+                self._pending.append(dist.isend(payload, rank, tag=_PAYLOAD))
+
+    def pull(self, wave: int, flat: torch.Tensor) -> tuple[torch.Tensor, int]:
+        """Blocks until every shard answers; returns the new flat weights and the global clock."""
+        for rank in self.ps_ranks:
+            self._pending.append(dist.isend(torch.tensor([PULL, self.vw, self.stage, wave]), rank, tag=_HEADER))
+        self._flatten()
+        new, clocks, held = flat.clone(), [], []
+        for rank, index in zip(self.ps_ranks, self.index):
+            reply = torch.zeros(2, dtype=torch.long)
+            dist.recv(reply, src=rank, tag=_REPLY)
+            clock, included = int(reply[0]), int(reply[1])
+            clocks.append(clock)
+            held.append(included)
+            if len(index):
+                weights = torch.empty(len(index))
+                dist.recv(weights, src=rank, tag=_WEIGHTS)
+                for u, delta in self.updates.items():
+                    if u >= included:
+                        weights += delta[index]
+                new[index] = weights
+        for u in [u for u in self.updates if u < min(held)]:
+            del self.updates[u]
+        self.version = min(clocks)
+        return new, self.version
+
+    def finish(self) -> None:
+        for work in self._pending:
+            work.wait()
+        self._pending = []

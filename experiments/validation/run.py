@@ -1,0 +1,123 @@
+"""Run the validation suite: predict each plan with a profile measured on this host, execute it,
+and write a table and a predicted-vs-measured plot under experiments/results/.
+
+    python experiments/validation/run.py            # every plan (about 2 minutes on 2 idle cores)
+    python experiments/validation/run.py --quick    # five plans, fewer waves
+
+Each plan is profiled just before it runs, and the cores our processes get (the host's, minus other
+load) are measured then too: the profile and the cluster then describe the host as the run finds it.
+Target: median |throughput error| <= 5%, max <= 10%. The script reports whether it was met and exits
+1 if not, after writing its results. Timings depend on the host being otherwise idle.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from suite import MODEL_KWARGS, cases  # noqa: E402
+
+from hetsim.cli.validate import validate_plan, work_rows  # noqa: E402
+from hetsim.compare import compare_reports  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+MEDIAN_TOL, MAX_TOL = 5.0, 10.0
+
+
+def row(case, prediction, measurement) -> dict:
+    comp = {c.metric: c for c in compare_reports(prediction, measurement)}
+    tp = comp["throughput samples/s"]
+    out = {"plan": case.name, "schedule": case.plan.schedule, "sync": case.plan.sync.mode,
+           "vws": len(case.plan.virtual_workers), "stages": len(case.plan.virtual_workers[0].stages),
+           "nm": case.plan.nm, "D": case.plan.sync.staleness_bound if case.plan.sync.mode == "wsp" else "",
+           "slowdown": " ".join(f"{g}x{f}" for g, f in sorted(case.slowdown.items())),
+           "cores_available": prediction.cluster.split("_")[2],
+           "latency_us": prediction.cluster.split("_")[4][:-2],
+           "predicted_samples_s": round(tp.predicted, 1), "measured_samples_s": round(tp.measured, 1),
+           "error_pct": round(tp.error_pct, 1)}
+    work = work_rows(measurement)
+    errors = [abs(w.error_pct) for w in work if w.error_pct is not None]
+    out["cpu_work_max_abs_error_pct"] = round(max(errors), 1) if errors else ""
+    if "global staleness max" in comp:
+        out["global_staleness_max pred/meas"] = (f"{comp['global staleness max'].predicted}/"
+                                                 f"{comp['global staleness max'].measured}")
+    return out
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(5.5, 5))
+    xs = [r["measured_samples_s"] for r in rows]
+    ys = [r["predicted_samples_s"] for r in rows]
+    hi = max(xs + ys) * 1.1
+    ax.plot([0, hi], [0, hi], "k-", lw=0.8, label="predicted = measured")
+    ax.fill_between([0, hi], [0, 0.9 * hi], [0, 1.1 * hi], color="0.9", label="±10%")
+    ax.scatter(xs, ys, s=18, zorder=3)
+    for r in rows:
+        ax.annotate(r["plan"], (r["measured_samples_s"], r["predicted_samples_s"]), fontsize=5,
+                    xytext=(3, 2), textcoords="offset points")
+    ax.set(xlim=(0, hi), ylim=(0, hi), xlabel="measured samples/s (executor)", ylabel="predicted samples/s (hetsim)",
+           title="hetsim prediction vs executor measurement")
+    ax.legend(loc="upper left", fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=150)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="five plans, 6 waves (what CI could run)")
+    p.add_argument("--waves", type=int, default=None)
+    p.add_argument("--out", default=str(RESULTS))
+    args = p.parse_args(argv)
+    waves = args.waves or (6 if args.quick else 10)
+    chosen = [c for c in cases() if c.quick or not args.quick]
+    from tqdm import tqdm
+    rows, load = [], [os.getloadavg()[0]]
+    for case in tqdm(chosen, desc="validation", unit="plan"):
+        prediction, measurement = validate_plan(case.plan, model_kwargs=MODEL_KWARGS, waves=waves,
+                                                warmup_waves=2, slowdown=case.slowdown, profile_repeats=9)
+        rows.append(row(case, prediction, measurement))
+        load.append(os.getloadavg()[0])
+        tqdm.write(f"{case.name}: predicted {rows[-1]['predicted_samples_s']} measured "
+                   f"{rows[-1]['measured_samples_s']} samples/s ({rows[-1]['error_pct']:+.1f}%)")
+    errors = [abs(r["error_pct"]) for r in rows]
+    summary = {"plans": len(rows), "waves": waves, "median_abs_error_pct": statistics.median(errors),
+               "max_abs_error_pct": max(errors), "targets": {"median": MEDIAN_TOL, "max": MAX_TOL},
+               "host": {"cores": os.cpu_count(), "machine": platform.machine(), "load_avg_1min": load},
+               "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "quick": args.quick}
+    write(rows, summary, Path(args.out), "validation_quick" if args.quick else "validation")
+    ok = summary["median_abs_error_pct"] <= MEDIAN_TOL and summary["max_abs_error_pct"] <= MAX_TOL
+    print(f"median |error| {summary['median_abs_error_pct']:.1f}% (target {MEDIAN_TOL}%), max "
+          f"{summary['max_abs_error_pct']:.1f}% (target {MAX_TOL}%): {'met' if ok else 'NOT met'}; "
+          f"1-min load average during the run {min(load):.1f}..{max(load):.1f} on {os.cpu_count()} cores")
+    return 0 if ok else 1
+
+
+def write(rows: list[dict], summary: dict, out: Path, stem: str) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    with open(out / f"{stem}.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, columns)
+        writer.writeheader()
+        writer.writerows(rows)
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(str(r.get(c, "")) for c in columns) + " |" for r in rows]
+    (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
+    (out / f"{stem}_summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    plot(rows, out / f"{stem}.png")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

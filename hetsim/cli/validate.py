@@ -1,0 +1,186 @@
+"""`hetsim validate`: profile this machine, predict a plan with that profile, run it for real with
+the executor, and print predicted vs measured throughput, per-stage times and staleness.
+
+This host is described as one node whose devices are ranks sharing its cores (`shared_cores`); the
+plan's GPUs are mapped onto those rank slots in plan order. torch loads only when this command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import time
+from dataclasses import replace
+
+from hetsim.cluster import Cluster, GpuSlot, LinkSpec, Node
+from hetsim.errors import HetsimError
+from hetsim.gpu import GIB, GpuType
+from hetsim.plan import Plan, StageSpec, VirtualWorker
+from hetsim.profile import ModelProfile
+
+__all__ = ["add_arguments", "run", "host_cluster", "onto_host", "with_optimizer_costs", "validate_plan",
+           "available_cores", "cpu_time_profile"]
+
+CPU_TYPE = GpuType(name="cpu", display_name="CPU rank", memory_bytes=4 * GIB, memory_bandwidth_Bps=1e10,
+                   peak_fp32_flops=5e10, peak_fp16_flops=5e10,
+                   sources=("placeholder: executor runs use measured profiles, not datasheet rates",))
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--plan", required=True, help="plan JSON (or a shipped name); its GPUs map onto this host's ranks")
+    p.add_argument("--model", default=None, help="modelzoo model (default: the plan's model)")
+    p.add_argument("--model-arg", action="append", default=[], metavar="NAME=INT",
+                   help="model constructor argument, e.g. hidden=1024 (repeatable)")
+    p.add_argument("--waves", type=int, default=8, help="waves per VW, simulated and executed (default 8)")
+    p.add_argument("--warmup-waves", type=int, default=2, help="waves left out of the window (default 2)")
+    p.add_argument("--slowdown", action="append", default=[], metavar="GPU=FACTOR",
+                   help="EMULATED slowdown of a plan GPU, simulated and executed (busy-wait), repeatable")
+    p.add_argument("--cores", type=float, default=None,
+                   help="cores the ranks share (default: measured, the host's cores minus other load)")
+    p.add_argument("--link-GBps", type=float, default=None, help="gloo loopback bandwidth (default: measured)")
+    p.add_argument("--latency-us", type=float, default=None, help="gloo message latency (default: measured)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=None, metavar="DIR", help="write prediction/ and measurement/ reports here")
+
+
+def _spin(seconds: float, out) -> None:
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    while time.perf_counter() - wall0 < seconds:
+        pass
+    out.put(time.process_time() - cpu0)
+
+
+def available_cores(seconds: float = 1.0) -> float:
+    """How many of this host's cores our processes get right now: spin one process per core and add
+    up the CPU time each received (on a quiet host this is the core count; other load lowers it)."""
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_spin, args=(seconds, out)) for _ in range(os.cpu_count() or 1)]
+    for p in procs:
+        p.start()
+    cpu = sum(out.get() for _ in procs)
+    for p in procs:
+        p.join()
+    return round(cpu / seconds, 2)
+
+
+def host_cluster(n_ranks: int, cores: float, link_Bps: float, latency_s: float) -> Cluster:
+    """This machine: one node with `n_ranks` CPU rank slots host/gpu0.. sharing `cores` cores, linked
+    by gloo over loopback with the given bandwidth and per-message latency."""
+    slots = tuple(GpuSlot(id=f"host/gpu{i}", node="host", index=i, type=CPU_TYPE) for i in range(n_ranks))
+    link = LinkSpec(kind="loopback", bandwidth_Bps=link_Bps, latency_s=latency_s)
+    return Cluster(name=f"this_host_{cores}_cores_{latency_s * 1e6:.0f}us", nodes=(Node(name="host", gpus=slots, intra_link=link,
+                                                                 shared_cores=cores),),
+                   network=link, ps_nodes=("host",), description="this host; devices are executor ranks")
+
+
+def onto_host(plan: Plan) -> tuple[Plan, dict[str, str]]:
+    """The plan with its GPUs renamed host/gpu0.. in plan order, and the renaming."""
+    names = {g: f"host/gpu{i}" for i, g in enumerate(dict.fromkeys(plan.gpus))}
+    vws = tuple(VirtualWorker(name=vw.name, stages=tuple(StageSpec(gpu=names[s.gpu], layers=s.layers)
+                                                         for s in vw.stages)) for vw in plan.virtual_workers)
+    return replace(plan, virtual_workers=vws), names
+
+
+def with_optimizer_costs(profile: ModelProfile, per_layer_s: list[float], device_type: str = "cpu") -> ModelProfile:
+    """Fold the optimiser's per-minibatch work into each layer's backward (the simulator's UPDATE and
+    STEP take no time; in the executor they follow the backward on the same rank)."""
+    layers = tuple(replace(l, bwd_s={**l.bwd_s, device_type: l.bwd_s[device_type] + extra})
+                   for l, extra in zip(profile.layers, per_layer_s))
+    return replace(profile, layers=layers, source=profile.source + " + measured optimiser work in bwd_s")
+
+
+def cpu_time_profile(model: str, batch: int, repeats: int, model_kwargs: dict) -> ModelProfile:
+    """modelzoo.profiler's per-layer profile, timed in thread CPU seconds instead of wall seconds.
+
+    The simulator shares a node's cores among busy ranks as a fluid: a layer's cost is CPU work, and
+    contention (from other ranks or other jobs, measured by `available_cores`) stretches it. Timing the
+    profile by wall clock on a loaded host would count the contention twice. With one torch thread,
+    forwards and backwards of CPU tensors run on the calling thread, so its CPU clock sees all work.
+    """
+    from types import SimpleNamespace
+
+    import modelzoo.profiler as profiler
+    wall = profiler.time
+    profiler.time = SimpleNamespace(perf_counter=time.thread_time)   # the profiler's only clock call
+    try:
+        profile = profiler.measure_profile(model, batch, device_type="cpu", threads=1, repeats=repeats,
+                                           **model_kwargs)
+        return replace(profile, source=profile.source + ", timed in thread CPU seconds")
+    finally:
+        profiler.time = wall
+
+
+def validate_plan(plan: Plan, *, model: str | None = None, model_kwargs: dict | None = None, waves: int = 8,
+                  warmup_waves: int = 2, slowdown: dict[str, float] | None = None, cores: int | None = None,
+                  link_Bps: float | None = None, latency_s: float | None = None, seed: int = 0,
+                  profile_repeats: int = 5,
+                  profile: ModelProfile | None = None):
+    """(prediction, measurement) of one plan on this host, from a profile measured here and now
+    (or `profile`, measured earlier on this host at the plan's minibatch size)."""
+    import hetsim
+    from executor import ExecOptions, launch
+    from executor.calibrate import optimizer_seconds
+
+    plan, names = onto_host(plan)
+    model = model or plan.model
+    slowdown = {names.get(g, g): f for g, f in (slowdown or {}).items()}
+    if link_Bps is None or latency_s is None:
+        from executor.calibrate import link_speed
+        measured_latency, measured_Bps = link_speed()
+        link_Bps, latency_s = link_Bps or measured_Bps, latency_s if latency_s is not None else measured_latency
+    cluster = host_cluster(len(names), cores or available_cores(), link_Bps, latency_s)
+    if profile is None:
+        profile = cpu_time_profile(model, plan.minibatch_size, profile_repeats, model_kwargs or {})
+    extra = optimizer_seconds(model, schedule=plan.schedule, nm=plan.nm, wsp=plan.sync.mode == "wsp",
+                              model_kwargs=model_kwargs)
+    profile = with_optimizer_costs(profile, extra)
+    prediction = hetsim.simulate(cluster, profile, plan, waves=waves, warmup_waves=warmup_waves,
+                                 seed=seed, slowdown=slowdown)
+    measurement = launch(plan, cluster, model, profile=profile, model_kwargs=model_kwargs,
+                         options=ExecOptions(waves=waves, warmup_waves=warmup_waves, seed=seed,
+                                             slowdown=slowdown, data="random"))
+    measurement.training["predicted_work_s_per_minibatch"] = {
+        s.gpu: sum(profile.stage_times("cpu", *s.layers))
+        for vw in plan.virtual_workers for s in vw.stages}
+    return prediction, measurement
+
+
+def work_rows(measurement) -> list:
+    """Per rank: profiled CPU work per minibatch vs the CPU work the executor's ranks measured (thread
+    CPU time of forward, backward and optimiser, without emulation): independent of host load."""
+    from hetsim.compare import Comparison
+    rate = {v.name: v.minibatches_per_s for v in measurement.virtual_workers}
+    span = measurement.window["duration_s"]
+    cpu = measurement.training["compute_cpu_s"]
+    return [Comparison(metric=f"{g.id} [{g.vw} s{g.stage}] CPU work ms/minibatch",
+                       predicted=1e3 * measurement.training["predicted_work_s_per_minibatch"][g.id],
+                       measured=1e3 * cpu[g.id] / (span * rate[g.vw])) for g in measurement.gpus]
+
+
+def run(args: argparse.Namespace) -> int:
+    import hetsim
+    from executor.__main__ import model_kwargs
+    from hetsim.cli.simulate import _slowdowns
+    from hetsim.compare import compare_reports, format_comparison
+
+    plan = hetsim.load_plan(args.plan)
+    if args.cores is not None and args.cores <= 0:
+        raise HetsimError(f"--cores: must be > 0, got {args.cores}")
+    args.cores = args.cores or available_cores()
+    prediction, measurement = validate_plan(
+        plan, model=args.model, model_kwargs=model_kwargs(args.model_arg), waves=args.waves,
+        warmup_waves=args.warmup_waves, slowdown=_slowdowns(args.slowdown), cores=args.cores,
+        link_Bps=args.link_GBps * 1e9 if args.link_GBps else None,
+        latency_s=args.latency_us * 1e-6 if args.latency_us is not None else None, seed=args.seed)
+    print(f"validate: plan {plan.name} on this host ({args.cores} of {os.cpu_count()} cores available, shared by "
+          f"{len(measurement.gpus)} stage ranks), {args.waves} waves, {args.warmup_waves} warm-up")
+    print(format_comparison(compare_reports(prediction, measurement) + work_rows(measurement)))
+    for note in measurement.notes[1:]:
+        print(f"note: {note}")
+    if args.out:
+        prediction.write(os.path.join(args.out, "prediction"))
+        measurement.write(os.path.join(args.out, "measurement"))
+        print(f"wrote {args.out}/prediction and {args.out}/measurement")
+    return 0

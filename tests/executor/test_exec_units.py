@@ -1,0 +1,88 @@
+"""Pure parts of the executor: rank layout, parameter-server shards, data, emulation, stashing."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+import modelzoo
+from exec_helpers import mlp_plan
+from executor.data import SyntheticData
+from executor.emulation import Emulation
+from executor.layout import rank_layout, shard_indices
+from executor.stage import StageModel
+from hetsim.plan import SyncSpec
+
+
+def test_layout_stage_ranks_vw_major_then_parameter_servers():
+    plan = mlp_plan([[0, 4, 9], [0, 3, 6, 9]], nm=1, schedule="1f1b", sync=SyncSpec(mode="wsp"))
+    layout = rank_layout(plan, n_shards=2)
+    assert [(r.kind, r.vw, r.stage, r.ps_index) for r in layout.roles] == [
+        ("stage", 0, 0, -1), ("stage", 0, 1, -1), ("stage", 1, 0, -1), ("stage", 1, 1, -1),
+        ("stage", 1, 2, -1), ("ps", -1, -1, 0), ("ps", -1, -1, 1)]
+    assert layout.stage_rank(1, 2) == 4
+    assert layout.describe(4) == "rank 4 (vw1 stage 2 on host/gpu4)"
+
+
+@pytest.mark.parametrize("j,lo,hi,want", [
+    (0, 0, 2, [(0, 2), (4, 7)]),          # default placement: half of every layer
+    (1, 0, 2, [(2, 4), (7, 10)]),
+    (1, 1, 2, [(3, 6)]),                  # a stage of layer 1 only: offsets relative to the stage
+])
+def test_shard_indices_split_every_layer(j, lo, hi, want):
+    assert shard_indices([4, 6], [((0, 2), 0.5), ((0, 2), 0.5)], j, lo, hi) == want
+
+
+def test_shard_indices_local_placement_whole_layers():
+    shards = [((0, 1), 1.0), ((1, 2), 1.0)]
+    assert shard_indices([4, 6], shards, 0, 0, 2) == [(0, 4)]
+    assert shard_indices([4, 6], shards, 1, 0, 2) == [(4, 10)]
+
+
+def test_data_is_a_pure_function_of_seed_vw_minibatch():
+    a = SyntheticData(mode="teacher", seed=1, batch=8, input_shape=(64,), num_classes=10)
+    b = SyntheticData(mode="teacher", seed=1, batch=8, input_shape=(64,), num_classes=10)
+    assert torch.equal(a.inputs(0, 5), b.inputs(0, 5)) and torch.equal(a.labels(0, 5), b.labels(0, 5))
+    assert not torch.equal(a.inputs(0, 5), a.inputs(1, 5))
+    assert len(set(a.labels(0, 0).tolist())) > 1
+
+
+def test_emulated_slowdown_spins_cpu_time():
+    work = lambda: sum(i * i for i in range(200_000))
+    start = time.thread_time()
+    work()
+    base = time.thread_time() - start
+    emu = Emulation(3.0)
+    start = emu.start()
+    work()
+    emu.stretch(start)
+    assert time.thread_time() - start == pytest.approx(3 * base, rel=0.35)
+
+
+def _mlp_stage() -> StageModel:
+    torch.manual_seed(0)
+    model, _ = modelzoo.build("mlp", batch=1)
+    return StageModel(modelzoo.layer_graph(model), 0, 9, is_last=True, lr=0.1, momentum=0.0)
+
+
+def test_stash_gives_the_gradient_at_the_forward_weights_after_an_update():
+    stage = _mlp_stage()
+    x, y = torch.randn(4, 64, generator=torch.Generator().manual_seed(1)), torch.tensor([0, 1, 2, 3])
+    stage.forward(0, (x,), y)
+    stage.forward(1, (x * 2,), y)
+    stage.backward(0, None, need_input_grads=False)
+    stage.update(0)                                   # minibatch 1's forward used version 0
+    stage.backward(1, None, need_input_grads=False)
+    assert stage.versions == [(0, 0, 0, 0), (1, 0, 0, 1)]
+    at_v0 = _mlp_stage()                              # the initial weights, no update in between
+    at_v0.forward(1, (x * 2,), y)
+    at_v0.backward(1, None, need_input_grads=False)
+    for stashed, want in zip(stage.grads[1], at_v0.grads[1]):
+        assert torch.equal(stashed, want)
+    moved = _mlp_stage()
+    moved.weights = stage.weights                     # the newest weights give another gradient
+    moved.forward(1, (x * 2,), y)
+    moved.backward(1, None, need_input_grads=False)
+    assert not torch.equal(moved.grads[1][0], stage.grads[1][0])

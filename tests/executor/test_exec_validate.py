@@ -1,0 +1,62 @@
+"""Pure parts of `hetsim validate`: comparison rows, the host cluster, plan mapping, profile folding."""
+
+from __future__ import annotations
+
+import pytest
+
+from exec_helpers import mlp_plan
+from hetsim.cli.validate import host_cluster, onto_host, with_optimizer_costs
+from hetsim.compare import compare_reports, format_comparison, percent_error
+from hetsim.plan import Plan, StageSpec, SyncSpec, VirtualWorker
+from hetsim.profile import LayerProfile, ModelProfile
+from hetsim.report import GpuStats, Report, VwStats
+
+
+@pytest.mark.parametrize("pred,meas,want", [(105.0, 100.0, 5.0), (90.0, 100.0, -10.0), (1.0, 0.0, None),
+                                            (None, 1.0, None)])
+def test_percent_error_is_relative_to_the_measurement(pred, meas, want):
+    assert percent_error(pred, meas) == want
+
+
+def _report(kind: str, rate: float, compute_s: float) -> Report:
+    gpu = GpuStats(id="host/gpu0", type="cpu", vw="vw0", stage=0, layers=(0, 3), busy_fraction=compute_s / 2,
+                   compute_s=compute_s, recv_wait_s=0.0, sync_wait_s=0.0, memory_bytes=0, memory_capacity_bytes=1)
+    return Report(kind=kind, plan={}, cluster="c", model="m", profile_source="", settings={},
+                  window={"start_s": 0.0, "end_s": 2.0, "duration_s": 2.0},
+                  throughput={"minibatches_per_s": rate, "samples_per_s": 10 * rate},
+                  virtual_workers=[VwStats(name="vw0", minibatches=int(2 * rate), minibatches_per_s=rate,
+                                           samples_per_s=10 * rate, sync_wait_s=0.0)],
+                  gpus=[gpu], links=[], staleness={"local": {"max": 1, "mean": 0.5}}, sync={"mode": "none"})
+
+
+def test_compare_reports_gives_throughput_and_per_minibatch_compute():
+    rows = {r.metric: r for r in compare_reports(_report("prediction", 50.0, 1.0), _report("measurement", 40.0, 1.2))}
+    assert rows["throughput samples/s"].error_pct == pytest.approx(25.0)
+    compute = rows["host/gpu0 [vw0 s0] compute ms/minibatch"]
+    assert compute.predicted == pytest.approx(10.0) and compute.measured == pytest.approx(15.0)
+    assert rows["local staleness max"].error_pct == 0.0
+    assert "+25.0%" in format_comparison(list(rows.values()))
+
+
+def test_onto_host_renames_gpus_in_plan_order():
+    plan = Plan(name="p", model="mlp", minibatch_size=8, nm=1, schedule="gpipe", sync=SyncSpec(mode="bsp"),
+                virtual_workers=(VirtualWorker(name="a", stages=(StageSpec(gpu="n1/gpu3", layers=(0, 9)),)),
+                                 VirtualWorker(name="b", stages=(StageSpec(gpu="n0/gpu0", layers=(0, 9)),))))
+    mapped, names = onto_host(plan)
+    assert names == {"n1/gpu3": "host/gpu0", "n0/gpu0": "host/gpu1"}
+    assert mapped.gpus == ["host/gpu0", "host/gpu1"]
+
+
+def test_host_cluster_shares_its_cores():
+    cluster = host_cluster(3, 1.5, 2e9, 5e-5)
+    assert [g.id for g in cluster.gpus] == ["host/gpu0", "host/gpu1", "host/gpu2"]
+    assert cluster.nodes[0].shared_cores == 1.5
+
+
+def test_optimizer_costs_are_added_to_each_layers_backward():
+    layers = tuple(LayerProfile(name=f"l{i}", kind="Linear", param_bytes=4, output_bytes=4,
+                                fwd_s={"cpu": 1.0}, bwd_s={"cpu": 2.0}) for i in range(2))
+    profile = ModelProfile(model="m", batch_size=1, layers=layers, edges=((0, 1),), input_bytes=4)
+    folded = with_optimizer_costs(profile, [0.5, 0.25])
+    assert [l.bwd_s["cpu"] for l in folded.layers] == [2.5, 2.25]
+    assert [l.fwd_s["cpu"] for l in folded.layers] == [1.0, 1.0]
