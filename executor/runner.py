@@ -110,9 +110,11 @@ class StageRank:
     def _changed(self, wave: int, name: str, change) -> None:
         """Apply a weight change; under WSP remember it as part of the wave's update to push.
         Optimiser time is its own category: the simulator counts only forwards and backwards."""
-        deltas = self._compute(name, change, "optimizer")
-        if self.wsp is not None:
-            self.wsp.record(wave, deltas)
+        def apply():
+            deltas = change()
+            if self.wsp is not None:
+                self.wsp.record(wave, deltas)
+        self._compute(name, apply, "optimizer")
 
     def update(self, mb: int) -> None:
         self._changed(mb // self.nm, f"U{mb}", lambda: self.model.update(mb))
@@ -132,7 +134,7 @@ class StageRank:
     def pull(self, wave: int) -> None:
         t0 = time.perf_counter()
         self.rec.waiting_on = list(self.wsp.ps_ranks)
-        weights, clock = self.wsp.pull(wave, self.model.flat())
+        weights, clock = self.wsp.pull(wave, self.model.flat, self.model.numel)
         self.model.set_flat(weights)
         t1 = time.perf_counter()
         self.rec.gates.append((self.vw, self.stage, wave, t1 - t0, clock))

@@ -150,8 +150,10 @@ class StageModel:
         The new weights go into fresh tensors when a stashed minibatch still uses the current ones
         (taken from versions no longer used, so large updates do not allocate), else in place."""
         stashed = any(r.version == self.version for r in self.inflight.values())
+        # Under WSP the old weights are needed for the change, so new ones go elsewhere too.
+        fresh = stashed or self.track_deltas
         target = (self._pool.pop() if self._pool else [torch.empty_like(w) for w in self.weights]) \
-            if stashed else self.weights
+            if fresh else self.weights
         deltas = []
         for i, (w, g) in enumerate(zip(self.weights, grads)):
             buf = self._buf[i]
@@ -159,10 +161,11 @@ class StageModel:
                 buf = self._buf[i] = g.clone() if scale == 1.0 else g * scale
             else:
                 buf.mul_(self.momentum).add_(g, alpha=scale)
-            old = w.clone() if self.track_deltas and not stashed else w
             torch.add(w, buf, alpha=-self.lr, out=target[i])
             if self.track_deltas:           # WSP pushes exactly what changed (w - lr buf rounds)
-                deltas.append(target[i] - old)
+                deltas.append(target[i] - w)
+        if fresh and not stashed and len(self._pool) < 2:
+            self._pool.append(self.weights)  # nothing in flight uses the old weights
         self.weights = target
         self.version += 1
         self._mark()
@@ -178,9 +181,10 @@ class StageModel:
         return torch.cat([w.reshape(-1) for w in self.weights]) if self.weights else torch.zeros(0)
 
     def set_flat(self, flat: torch.Tensor) -> None:
+        """New weights from `flat`, which becomes ours: the weights are views into it, not copies."""
         out, offset = [], 0
         for w in self.weights:
-            out.append(flat[offset:offset + w.numel()].view_as(w).clone())
+            out.append(flat[offset:offset + w.numel()].view_as(w))
             offset += w.numel()
         self.weights = out
         self.version += 1

@@ -10,6 +10,7 @@ import torch
 import torch.distributed as dist
 
 import modelzoo
+from modelzoo.allocator import steady_allocator
 from executor.checkpoint import last_common_wave, load_stage, save_stage
 from executor.data import SyntheticData
 from executor.emulation import Emulation
@@ -18,7 +19,7 @@ from executor.options import ExecOptions
 from executor.record import RankRecord
 from executor.runner import StageRank
 from executor.stage import StageModel
-from executor.wsp import ParameterServer, WspClient, _ranges_index
+from executor.wsp import ParameterServer, Span, WspClient
 from hetsim.cluster import Cluster
 from hetsim.errors import PlanError
 from hetsim.feasibility import vw_schedule
@@ -96,6 +97,7 @@ def _model(job: Job):
 def run_rank(rank: int, job: Job, record: RankRecord) -> RankRecord:
     """Everything one rank does between process-group start and the gather of records."""
     _check_supported(job)
+    steady_allocator()                  # as the profiler does, so both time the same work
     torch.set_num_threads(job.options.threads)
     graph, example, values = _model(job)
     layout = job_layout(job, len(graph))
@@ -144,7 +146,7 @@ def _serve(job: Job, layout: RankLayout, graph, numel, shards, j: int) -> None:
     index = {}
     for r in layout.stage_ranks:
         lo, hi = r.layers
-        index[(r.vw, r.stage)] = (r.rank, _ranges_index(shard_indices(numel, shards, j, lo, hi), offsets[lo]))
+        index[(r.vw, r.stage)] = (r.rank, Span(shard_indices(numel, shards, j, lo, hi), offsets[lo]))
     n_stages = [len(vw.stages) for vw in job.plan.virtual_workers]
     ParameterServer(global_flat=flat, stage_index=index, n_stages=n_stages, waves=job.options.waves,
                     staleness_bound=job.plan.sync.staleness_bound,

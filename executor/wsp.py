@@ -9,25 +9,59 @@ received yet (it tells how many pushes it holds), so no local update is lost or 
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 import torch.distributed as dist
 
-__all__ = ["ParameterServer", "WspClient", "PUSH", "PULL"]
+__all__ = ["ParameterServer", "WspClient", "Span", "PUSH", "PULL"]
 
 PUSH, PULL = 0, 1
 _HEADER, _PAYLOAD, _REPLY, _WEIGHTS = 1, 2, 3, 4
 
 
-def _ranges_index(ranges: list[tuple[int, int]], base: int = 0) -> torch.Tensor:
-    if not ranges:
-        return torch.zeros(0, dtype=torch.long)
-    return torch.cat([torch.arange(base + a, base + b) for a, b in ranges])
+class Span:
+    """Ranges [a, b) of a flat parameter vector, adjacent ones merged. Shards hold a few large
+    contiguous pieces of each stage, so slices do the work that index tensors would do several times
+    slower (a gather or scatter of millions of indices per push and pull)."""
+
+    def __init__(self, ranges: list[tuple[int, int]], base: int = 0):
+        merged: list[list[int]] = []
+        for a, b in ranges:
+            if merged and merged[-1][1] == base + a:
+                merged[-1][1] = base + b
+            else:
+                merged.append([base + a, base + b])
+        self.ranges = [(a, b) for a, b in merged]
+        self.numel = sum(b - a for a, b in self.ranges)
+
+    def covers(self, numel: int) -> bool:
+        return self.ranges == [(0, numel)]
+
+    def gather(self, flat: torch.Tensor) -> torch.Tensor:
+        """These elements of `flat` as one contiguous tensor (a view when there is one range)."""
+        if len(self.ranges) == 1:
+            a, b = self.ranges[0]
+            return flat[a:b]
+        return torch.cat([flat[a:b] for a, b in self.ranges]) if self.ranges else flat.new_zeros(0)
+
+    def add_(self, flat: torch.Tensor, values: torch.Tensor) -> None:
+        offset = 0
+        for a, b in self.ranges:
+            flat[a:b].add_(values[offset:offset + b - a])
+            offset += b - a
+
+    def copy_(self, flat: torch.Tensor, values: torch.Tensor) -> None:
+        offset = 0
+        for a, b in self.ranges:
+            flat[a:b].copy_(values[offset:offset + b - a])
+            offset += b - a
 
 
 class ParameterServer:
-    """One shard's server loop. `stage_index[(vw, s)]` = (rank, indices into the global flat vector)."""
+    """One shard's server loop. `stage_index[(vw, s)]` = (rank, that stage's Span of the global flat vector)."""
 
-    def __init__(self, *, global_flat: torch.Tensor, stage_index: dict[tuple[int, int], tuple[int, torch.Tensor]],
+    def __init__(self, *, global_flat: torch.Tensor, stage_index: dict[tuple[int, int], tuple[int, Span]],
                  n_stages: list[int], waves: int, staleness_bound: int, pull_offset: int):
         self.weights = global_flat.clone()
         self.stage_index = stage_index
@@ -58,11 +92,11 @@ class ParameterServer:
             raise RuntimeError(f"parameter server: pulls never answered: {self._waiting}")
 
     def _push(self, src: int, vw: int, stage: int, wave: int) -> None:
-        _, index = self.stage_index[(vw, stage)]
-        update = torch.empty(len(index))
-        if len(index):
+        _, span = self.stage_index[(vw, stage)]
+        if span.numel:
+            update = torch.empty(span.numel)
             dist.recv(update, src=src, tag=_PAYLOAD)
-            self.weights.index_add_(0, index, update)
+            span.add_(self.weights, update)
         self.pushes[(vw, stage)] += 1
         key = (vw, wave)
         self._arrived[key] = self._arrived.get(key, 0) + 1
@@ -75,10 +109,10 @@ class ParameterServer:
         self._waiting = [w for w in self._waiting if w[0] > self.c_global]
         for _, rank, _wave in ready:
             key = self.by_rank[rank]
-            _, index = self.stage_index[key]
+            _, span = self.stage_index[key]
             dist.send(torch.tensor([self.c_global, self.pushes[key]], dtype=torch.long), rank, tag=_REPLY)
-            if len(index):
-                dist.send(self.weights[index].contiguous(), rank, tag=_WEIGHTS)
+            if span.numel:                   # a blocking send: the weights cannot change under it
+                dist.send(span.gather(self.weights), rank, tag=_WEIGHTS)
 
 
 class WspClient:
@@ -87,7 +121,7 @@ class WspClient:
     def __init__(self, *, vw: int, stage: int, ps_ranks: list[int], shard_ranges: list[list[tuple[int, int]]]):
         self.vw, self.stage = vw, stage
         self.ps_ranks = ps_ranks
-        self.index = [_ranges_index(r) for r in shard_ranges]
+        self.spans = [Span(r) for r in shard_ranges]
         self.updates: dict[int, torch.Tensor] = {}          # wave -> sum of own weight deltas (flat)
         self._open: dict[int, list[torch.Tensor]] = {}      # wave -> per-tensor sums, not yet flat
         self.version = 0                                     # global clock of the last pulled weights
@@ -99,7 +133,7 @@ class WspClient:
             for acc, d in zip(self._open[wave], deltas):
                 acc += d
         else:
-            self._open[wave] = [d.clone() for d in deltas]
+            self._open[wave] = list(deltas)           # fresh tensors (StageModel._apply): ours to add into
 
     def _flatten(self) -> None:
         for wave, parts in self._open.items():
@@ -112,35 +146,41 @@ class WspClient:
         self._flatten()
         update = self.updates.get(wave)
         self._pending = [w for w in self._pending if not w.is_completed()]
-        for rank, index in zip(self.ps_ranks, self.index):
+        for rank, span in zip(self.ps_ranks, self.spans):
             self._pending.append(dist.isend(torch.tensor([PUSH, self.vw, self.stage, wave]), rank, tag=_HEADER))
-            if len(index):
-                payload = update[index].contiguous() if update is not None else torch.zeros(len(index))
+            if span.numel:                   # `update` is never modified in place, so a view can travel
+                payload = span.gather(update) if update is not None else torch.zeros(span.numel)
                 self._pending.append(dist.isend(payload, rank, tag=_PAYLOAD))
 
-    def pull(self, wave: int, flat: torch.Tensor) -> tuple[torch.Tensor, int]:
-        """Blocks until every shard answers; returns the new flat weights and the global clock."""
+    def pull(self, wave: int, current: Callable[[], torch.Tensor], numel: int) -> tuple[torch.Tensor, int]:
+        """Blocks until every shard answers; returns the new flat weights (a fresh tensor) and the
+        global clock. `current()` gives the stage's flat weights, read only for parts no shard holds."""
         for rank in self.ps_ranks:
             self._pending.append(dist.isend(torch.tensor([PULL, self.vw, self.stage, wave]), rank, tag=_HEADER))
         self._flatten()
-        new, clocks, held = flat.clone(), [], []
-        for rank, index in zip(self.ps_ranks, self.index):
+        whole = len(self.spans) == 1 and self.spans[0].covers(numel)
+        new = None if whole else current()
+        clocks, held = [], []
+        for rank, span in zip(self.ps_ranks, self.spans):
             reply = torch.zeros(2, dtype=torch.long)
             dist.recv(reply, src=rank, tag=_REPLY)
             clock, included = int(reply[0]), int(reply[1])
             clocks.append(clock)
             held.append(included)
-            if len(index):
-                weights = torch.empty(len(index))
+            if span.numel:
+                weights = torch.empty(span.numel)
                 dist.recv(weights, src=rank, tag=_WEIGHTS)
                 for u, delta in self.updates.items():
                     if u >= included:
-                        weights += delta[index]
-                new[index] = weights
+                        weights += span.gather(delta)
+                if whole:
+                    new = weights
+                else:
+                    span.copy_(new, weights)
         for u in [u for u in self.updates if u < min(held)]:
             del self.updates[u]
         self.version = min(clocks)
-        return new, self.version
+        return (new if new is not None else torch.zeros(numel)), self.version
 
     def finish(self) -> None:
         for work in self._pending:

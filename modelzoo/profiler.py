@@ -30,6 +30,7 @@ from torch import nn
 
 from hetsim.profile import LayerProfile, ModelProfile
 from modelzoo import MODEL_INPUT, LayerGraph, build, layer_graph
+from modelzoo.allocator import steady_allocator
 
 __all__ = ["measure_profile", "measure_graph_profile", "whole_model_forward_s"]
 
@@ -55,6 +56,7 @@ def measure_graph_profile(graph: LayerGraph, example: torch.Tensor, *, model: st
     if statistic not in _STATISTICS:
         raise ValueError(f"statistic must be one of {', '.join(_STATISTICS)}, got {statistic!r}")
     pick = _STATISTICS[statistic]
+    steady_allocator()                    # time the steady state a training process reaches
     with _threads(threads):
         graph.layers.train()
         fwd, bwd, outputs = _passes(graph, example, repeats, warmup, f"profiling {model}" if progress else None)
@@ -151,6 +153,7 @@ def whole_model_forward_s(graph: LayerGraph, example: torch.Tensor, *, repeats: 
     """Median (or min) seconds of one forward of the whole graph (training mode, autograd recording),
     timed as one call: what the per-layer forward times should add up to."""
     samples = []
+    steady_allocator()
     with _threads(threads):
         graph.layers.train()
         for k in range(warmup + repeats):

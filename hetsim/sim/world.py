@@ -141,11 +141,26 @@ class World:
             done.succeed()
 
         def flow(_event=None):
-            self.net.transfer(route.links, nbytes).callbacks.append(finish)
+            moved = self.net.transfer(route.links, nbytes)
+            copy = self._copy_work(src, dst, nbytes)
+            if copy is not None:
+                moved = self.env.all_of([moved, copy])
+            moved.callbacks.append(finish)
         if route.latency_s:
             self.env.timeout(route.latency_s).callbacks.append(flow)
         else:
             flow()
+
+    def _copy_work(self, src: str, dst: str, nbytes: float) -> simpy.Event | None:
+        """Between processes sharing a node's cores, the cores move the bytes: a copy out of the
+        sender and one into the receiver (gloo over loopback sockets), 2 x nbytes / bandwidth
+        core-seconds on at most two cores at once. Alone on an idle host that takes nbytes / bandwidth,
+        as the link does; among busy ranks the copies wait for their share of the cores like compute."""
+        node = self.topology.node_of(src)
+        if f"{node}:cores" not in self.cores.capacity or self.topology.node_of(dst) != node:
+            return None
+        bandwidth = self.cluster.node(node).intra_link.bandwidth_Bps
+        return self.cores.transfer((f"{node}:cores",), 2.0 * nbytes / bandwidth, cap=2.0)
 
     def host(self, node: str) -> str:
         return host_of(node)

@@ -13,6 +13,7 @@ from executor.data import SyntheticData
 from executor.emulation import Emulation
 from executor.layout import rank_layout, shard_indices
 from executor.stage import StageModel
+from executor.wsp import Span
 from hetsim.plan import SyncSpec
 
 
@@ -39,6 +40,24 @@ def test_shard_indices_local_placement_whole_layers():
     shards = [((0, 1), 1.0), ((1, 2), 1.0)]
     assert shard_indices([4, 6], shards, 0, 0, 2) == [(0, 4)]
     assert shard_indices([4, 6], shards, 1, 0, 2) == [(4, 10)]
+
+
+def test_span_merges_adjacent_ranges_and_matches_index_tensors():
+    ranges = [(0, 3), (3, 5), (7, 9)]
+    span = Span(ranges, base=2)
+    assert span.ranges == [(2, 7), (9, 11)] and span.numel == 7
+    index = torch.cat([torch.arange(2 + a, 2 + b) for a, b in ranges])
+    flat, values = torch.arange(12.0), torch.arange(7.0) * 10
+    assert torch.equal(span.gather(flat), flat[index])
+    added, want = flat.clone(), flat.clone()
+    span.add_(added, values)
+    want.index_add_(0, index, values)
+    assert torch.equal(added, want)
+    copied, want = flat.clone(), flat.clone()
+    span.copy_(copied, values)
+    want[index] = values
+    assert torch.equal(copied, want)
+    assert Span([(0, 4), (4, 12)]).covers(12) and not span.covers(12)
 
 
 def test_data_is_a_pure_function_of_seed_vw_minibatch():

@@ -24,3 +24,30 @@ def test_bsp_makes_every_worker_wait_for_the_slowest():
     pl = plan([[f"node0/gpu{i}"] for i in range(3)], [0, 1], nm=2, schedule="gpipe", sync=SyncSpec(mode="bsp"))
     report = run_simulation(c, p, pl, SimOptions(waves=10, trace=False, slowdown={"node0/gpu2": 2.0}))
     assert report.throughput["minibatches_per_s"] == pytest.approx(3 * 2 / (2 * 0.060), rel=1e-6)
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_ranks_sharing_cores_move_bytes_with_those_cores(n):
+    # Processes on one host: every transfer is two copies (sender, receiver) done by the shared
+    # cores, so a step's n concurrent transfers split 2 cores; alone, one takes bytes / bandwidth.
+    params, bandwidth, m, cores = 8_000_000, 1e9, 2, 2
+    c = cluster([n], intra_Bps=bandwidth, shared_cores=cores)
+    p = profile(1, 0.010, 0.020, param_bytes=params)
+    pl = plan([[f"node0/gpu{i}"] for i in range(n)], [0, 1], nm=m, schedule="gpipe",
+              sync=SyncSpec(mode="bsp"))
+    report = run_simulation(c, p, pl, SimOptions(waves=10, trace=False))
+    rate = bandwidth * min(2.0, cores / n) / 2                    # bytes/s of each transfer
+    ring = 2 * (n - 1) * (params / n) / rate
+    period = m * 0.030 * max(1.0, n / cores) + ring
+    assert report.throughput["minibatches_per_s"] == pytest.approx(n * m / period, rel=1e-6)
+
+
+def test_one_transfer_alone_on_shared_cores_takes_bytes_over_bandwidth():
+    params, bandwidth = 8_000_000, 1e9
+    shared = cluster([2], intra_Bps=bandwidth, shared_cores=4)
+    alone = cluster([2], intra_Bps=bandwidth)
+    p = profile(1, 0.010, 0.020, param_bytes=params)
+    pl = plan([["node0/gpu0"], ["node0/gpu1"]], [0, 1], nm=1, schedule="gpipe", sync=SyncSpec(mode="bsp"))
+    # Two ranks, four cores: each copy gets its two cores, so sharing cores changes nothing.
+    a, b = (run_simulation(c, p, pl, SimOptions(waves=10, trace=False)) for c in (shared, alone))
+    assert a.throughput["minibatches_per_s"] == pytest.approx(b.throughput["minibatches_per_s"], rel=1e-9)
