@@ -127,9 +127,11 @@ class StageRank:
             self.checkpoint(wave)
 
     def push(self, wave: int) -> None:
+        t0 = time.perf_counter()
         version = self.wsp.version
         self.rec.staleness_global.append((self.vw, self.stage, wave, version, wave - version))
         self.wsp.push(wave)
+        self.rec.span(f"push {wave}", "sync", t0, time.perf_counter())
 
     def pull(self, wave: int) -> None:
         t0 = time.perf_counter()

@@ -123,32 +123,28 @@ class WspClient:
         self.ps_ranks = ps_ranks
         self.spans = [Span(r) for r in shard_ranges]
         self.updates: dict[int, torch.Tensor] = {}          # wave -> sum of own weight deltas (flat)
-        self._open: dict[int, list[torch.Tensor]] = {}      # wave -> per-tensor sums, not yet flat
         self.version = 0                                     # global clock of the last pulled weights
         self._pending: list = []
 
     def record(self, wave: int, deltas: list[torch.Tensor]) -> None:
-        """Add one update's weight changes to its wave's sum (flattened only when needed)."""
-        if wave in self._open:
-            for acc, d in zip(self._open[wave], deltas):
-                acc += d
-        else:
-            self._open[wave] = list(deltas)           # fresh tensors (StageModel._apply): ours to add into
-
-    def _flatten(self) -> None:
-        for wave, parts in self._open.items():
-            flat = torch.cat([p.reshape(-1) for p in parts]) if parts else torch.zeros(0)
-            self.updates[wave] = self.updates[wave] + flat if wave in self.updates else flat
-        self._open = {}
+        """Add one update's weight changes to its wave's flat sum, which a push then sends as it is
+        (summing into the flat vector costs what a copy would, and the push copies nothing)."""
+        flat = self.updates.get(wave)
+        if flat is None:
+            self.updates[wave] = torch.cat([d.reshape(-1) for d in deltas]) if deltas else torch.zeros(0)
+            return
+        offset = 0
+        for d in deltas:
+            flat[offset:offset + d.numel()].add_(d.reshape(-1))
+            offset += d.numel()
 
     def push(self, wave: int) -> None:
         """Send the wave's aggregated update to every shard; does not wait (as in the simulator)."""
-        self._flatten()
         update = self.updates.get(wave)
         self._pending = [w for w in self._pending if not w.is_completed()]
         for rank, span in zip(self.ps_ranks, self.spans):
             self._pending.append(dist.isend(torch.tensor([PUSH, self.vw, self.stage, wave]), rank, tag=_HEADER))
-            if span.numel:                   # `update` is never modified in place, so a view can travel
+            if span.numel:                   # the wave is complete: nothing adds to `update` any more
                 payload = span.gather(update) if update is not None else torch.zeros(span.numel)
                 self._pending.append(dist.isend(payload, rank, tag=_PAYLOAD))
 
@@ -157,7 +153,6 @@ class WspClient:
         global clock. `current()` gives the stage's flat weights, read only for parts no shard holds."""
         for rank in self.ps_ranks:
             self._pending.append(dist.isend(torch.tensor([PULL, self.vw, self.stage, wave]), rank, tag=_HEADER))
-        self._flatten()
         whole = len(self.spans) == 1 and self.spans[0].covers(numel)
         new = None if whole else current()
         clocks, held = [], []
