@@ -4,7 +4,7 @@ import itertools
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 from hetsim.errors import PlanError
 from hetsim.planner.chain import chain_costs, hierarchical_partition, pipedream_partition, stage_time
@@ -14,7 +14,7 @@ def brute_force(compute, params, cuts, n_gpus, bandwidth, replication=True):
     """Every split into contiguous stages and every replica count per stage, at most n_gpus GPUs."""
     n = len(compute)
     best = np.inf
-    for k in range(1, n + 1):
+    for k in range(1, min(n, n_gpus) + 1):             # every stage needs a GPU of its own
         for inner in itertools.combinations(range(1, n), k - 1):
             bounds = (0, *inner, n)
             for reps in itertools.product(range(1, n_gpus + 1) if replication else (1,), repeat=k):
@@ -27,15 +27,24 @@ def brute_force(compute, params, cuts, n_gpus, bandwidth, replication=True):
     return best
 
 
-chains = st.integers(1, 6).flatmap(lambda n: st.tuples(
+# Issue 4's small cases: up to 8 layers on up to 4 GPUs.
+MAX_LAYERS, MAX_GPUS = 8, 4
+
+chains = st.integers(1, MAX_LAYERS).flatmap(lambda n: st.tuples(
     st.lists(st.floats(0.0, 10.0), min_size=n, max_size=n),
     st.lists(st.floats(0.0, 1e9), min_size=n, max_size=n),
     st.lists(st.floats(0.0, 1e9), min_size=n + 1, max_size=n + 1)))
 
+# The largest case on every run, whatever hypothesis draws: uneven layers, one huge weight, cheap cuts.
+EIGHT_LAYERS = ([3.0, 1.0, 4.0, 1.0, 5.0, 9.0, 2.0, 6.0], [0.0, 1e8, 0.0, 9e8, 2e7, 0.0, 5e8, 1e6],
+                [0.0, 3e7, 1e8, 2e6, 4e8, 1e7, 5e7, 1e5, 0.0])
 
-@settings(max_examples=150, deadline=None)
-@given(chain=chains, n_gpus=st.integers(1, 4), bandwidth=st.sampled_from([1e8, 1e9, 1e10]),
+
+@settings(max_examples=200, deadline=None)
+@given(chain=chains, n_gpus=st.integers(1, MAX_GPUS), bandwidth=st.sampled_from([1e8, 1e9, 1e10]),
        replication=st.booleans())
+@example(chain=EIGHT_LAYERS, n_gpus=MAX_GPUS, bandwidth=1e9, replication=True)
+@example(chain=EIGHT_LAYERS, n_gpus=MAX_GPUS, bandwidth=1e10, replication=False)
 def test_dp_optimum_equals_brute_force(chain, n_gpus, bandwidth, replication):
     compute, params, cuts = chain
     part = pipedream_partition(chain_costs(compute, params, cuts), n_gpus, bandwidth_Bps=bandwidth,
@@ -93,7 +102,7 @@ def brute_force_two_levels(compute, params, cuts, inner, outer):
     (g1, b1), (g2, b2) = inner, outer
     n = len(compute)
     best = np.inf
-    for k in range(1, n + 1):
+    for k in range(1, min(n, g2) + 1):                  # every outer stage needs a server of its own
         for split in itertools.combinations(range(1, n), k - 1):
             bounds = (0, *split, n)
             for reps in itertools.product(range(1, g2 + 1), repeat=k):
@@ -108,10 +117,18 @@ def brute_force_two_levels(compute, params, cuts, inner, outer):
     return best
 
 
-@settings(max_examples=60, deadline=None)
-@given(chain=chains.filter(lambda c: len(c[0]) <= 5), g1=st.integers(1, 2), g2=st.integers(1, 2),
-       b1=st.sampled_from([1e9, 1e10]), b2=st.sampled_from([1e8, 1e9]))
-def test_two_level_hierarchy_equals_brute_force(chain, g1, g2, b1, b2):
+# GPUs per server x servers: every shape of at most MAX_GPUS GPUs in all.
+shapes = st.sampled_from([(g1, g2) for g1 in range(1, MAX_GPUS + 1) for g2 in range(1, MAX_GPUS + 1)
+                          if g1 * g2 <= MAX_GPUS])
+
+
+@settings(max_examples=100, deadline=None)
+@given(chain=chains, shape=shapes, b1=st.sampled_from([1e9, 1e10]), b2=st.sampled_from([1e8, 1e9]))
+@example(chain=EIGHT_LAYERS, shape=(2, 2), b1=1e10, b2=1e8)
+@example(chain=EIGHT_LAYERS, shape=(4, 1), b1=1e10, b2=1e8)
+@example(chain=EIGHT_LAYERS, shape=(1, 4), b1=1e9, b2=1e9)
+def test_two_level_hierarchy_equals_brute_force(chain, shape, b1, b2):
+    g1, g2 = shape
     compute, params, cuts = chain
     part = hierarchical_partition(chain_costs(compute, params, cuts), [(g1, b1), (g2, b2)])
     assert part.bottleneck_s == pytest.approx(
