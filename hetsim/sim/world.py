@@ -110,8 +110,7 @@ class World:
         self.cluster = cluster
         self.topology = Topology(cluster)
         self.net = FluidShare(self.env, self.topology.capacity_Bps)
-        self.cores = FluidShare(self.env, {f"{n.name}:cores": float(n.shared_cores)
-                                           for n in cluster.nodes if n.shared_cores})
+        self.cores = FluidShare(self.env, _core_capacities(cluster))
         self.mailbox = Mailbox(self.env)
         self.devices: dict[str, Device] = {}
         self._channel_tail: dict[tuple[str, str], simpy.Event] = {}
@@ -152,15 +151,30 @@ class World:
             flow()
 
     def _copy_work(self, src: str, dst: str, nbytes: float) -> simpy.Event | None:
-        """Between processes sharing a node's cores, the cores move the bytes: a copy out of the
-        sender and one into the receiver (gloo over loopback sockets), 2 x nbytes / bandwidth
-        core-seconds on at most two cores at once. Alone on an idle host that takes nbytes / bandwidth,
-        as the link does; among busy ranks the copies wait for their share of the cores like compute."""
+        """Between processes sharing a node's cores, the cores move the bytes (gloo over loopback
+        sockets): a copy out of the sender and one into the receiver, each nbytes / bandwidth
+        core-seconds on that process's one communication thread (`<endpoint>:io`, one core). Alone on
+        an idle host that takes nbytes / bandwidth, as the link does; among busy ranks the copies get
+        their share of the cores like compute, and a process that many others send to (a parameter
+        server) moves their bytes one core's worth at a time."""
         node = self.topology.node_of(src)
         if f"{node}:cores" not in self.cores.capacity or self.topology.node_of(dst) != node:
             return None
-        bandwidth = self.cluster.node(node).intra_link.bandwidth_Bps
-        return self.cores.transfer((f"{node}:cores",), 2.0 * nbytes / bandwidth, cap=2.0)
+        seconds = nbytes / self.cluster.node(node).intra_link.bandwidth_Bps
+        return self.env.all_of([self.cores.transfer((f"{node}:cores", f"{end}:io"), seconds)
+                                for end in (src, dst)])
 
     def host(self, node: str) -> str:
         return host_of(node)
+
+
+def _core_capacities(cluster: Cluster) -> dict[str, float]:
+    """Nodes with shared cores: the cores, and one communication thread per process on them (each
+    device's rank and the node's parameter-server process)."""
+    out: dict[str, float] = {}
+    for node in cluster.nodes:
+        if node.shared_cores:
+            out[f"{node.name}:cores"] = float(node.shared_cores)
+            for endpoint in [g.id for g in node.gpus] + [host_of(node.name)]:
+                out[f"{endpoint}:io"] = 1.0
+    return out

@@ -43,11 +43,25 @@ def test_ranks_sharing_cores_move_bytes_with_those_cores(n):
 
 
 def test_one_transfer_alone_on_shared_cores_takes_bytes_over_bandwidth():
-    params, bandwidth = 8_000_000, 1e9
+    # One minibatch at a time through two stages: activations and gradients never overlap, and with
+    # ample cores each copy runs at the link's bandwidth, so sharing cores changes nothing.
+    bandwidth = 1e9
     shared = cluster([2], intra_Bps=bandwidth, shared_cores=4)
     alone = cluster([2], intra_Bps=bandwidth)
-    p = profile(1, 0.010, 0.020, param_bytes=params)
-    pl = plan([["node0/gpu0"], ["node0/gpu1"]], [0, 1], nm=1, schedule="gpipe", sync=SyncSpec(mode="bsp"))
-    # Two ranks, four cores: each copy gets its two cores, so sharing cores changes nothing.
+    p = profile(2, 0.010, 0.020, out_bytes=8_000_000)
+    pl = plan([["node0/gpu0", "node0/gpu1"]], [0, 1, 2], nm=1, schedule="gpipe")
     a, b = (run_simulation(c, p, pl, SimOptions(waves=10, trace=False)) for c in (shared, alone))
     assert a.throughput["minibatches_per_s"] == pytest.approx(b.throughput["minibatches_per_s"], rel=1e-9)
+    assert b.throughput["minibatches_per_s"] == pytest.approx(1 / (0.060 + 2 * 0.008), rel=1e-6)
+
+
+def test_a_process_moves_its_bytes_on_one_thread():
+    # Two ranks exchanging in a ring step: each rank's one communication thread sends and receives,
+    # so with ample cores a two-rank all-reduce takes twice what full-duplex links would give.
+    params, bandwidth, n = 8_000_000, 1e9, 2
+    p = profile(1, 0.010, 0.020, param_bytes=params)
+    pl = plan([["node0/gpu0"], ["node0/gpu1"]], [0, 1], nm=1, schedule="gpipe", sync=SyncSpec(mode="bsp"))
+    report = run_simulation(cluster([n], intra_Bps=bandwidth, shared_cores=8), p, pl,
+                            SimOptions(waves=10, trace=False))
+    ring = 2 * (n - 1) * (params / n) / (bandwidth / 2)
+    assert report.throughput["minibatches_per_s"] == pytest.approx(n / (0.030 + ring), rel=1e-6)
