@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections import deque
 
 import torch
 import torch.distributed as dist
@@ -40,9 +41,13 @@ class StageRank:
         self._received: dict[tuple[str, int], tuple[torch.Tensor, ...]] = {}
         self._outbox: dict[tuple[str, int], tuple[torch.Tensor, ...]] = {}
         self._sends: list = []
+        self._posted: dict[tuple[str, int], tuple] = {}    # (kind, mb) -> (src, tensors, irecv works)
+        self._pending_recvs: deque[tuple[str, int]] = deque()
 
     def run(self, actions, start: int = 0) -> None:
         """Replay actions[start:] (start > 0 when resuming from a checkpoint)."""
+        self._pending_recvs = deque((kind, index) for kind, index in actions[start:] if kind in _RECV_FROM)
+        self._post_recvs()
         for kind, index in actions[start:]:
             self.rec.at(f"{kind}{index}")
             if self.fault is not None and self.fault[:2] == (self.rank, f"{kind}{index}"):
@@ -97,14 +102,26 @@ class StageRank:
         for j, tensor in enumerate(self._outbox.pop((kind, mb))):
             self._sends.append(dist.isend(tensor.contiguous(), dst, tag=mb * 16 + j))
 
-    def _recv(self, kind: str, mb: int, src: int, shapes) -> None:
+    def _post_recvs(self) -> None:
+        """Keep the next RECV_LOOKAHEAD receives posted, so a message travels as soon as it is sent
+        (gloo and NCCL move a point-to-point message only once its receive is posted; PipeDream's
+        runtime posts them ahead the same way), as the simulator's transfers do."""
+        while len(self._posted) < RECV_LOOKAHEAD and self._pending_recvs:
+            action, mb = self._pending_recvs.popleft()
+            kind, (src, shapes) = action[-1], _RECV_FROM[action](self)
+            tensors = tuple(torch.empty(shape) for shape in shapes)
+            works = [dist.irecv(t, src, tag=mb * 16 + j) for j, t in enumerate(tensors)]
+            self._posted[(kind, mb)] = (src, tensors, works)
+
+    def _recv(self, kind: str, mb: int) -> None:
         t0 = time.perf_counter()
+        src, tensors, works = self._posted.pop((kind, mb))
         self.rec.waiting_on = [src]
-        tensors = tuple(torch.empty(shape) for shape in shapes)
-        for j, tensor in enumerate(tensors):
-            dist.recv(tensor, src, tag=mb * 16 + j)
+        for work in works:
+            work.wait()
         self.rec.span(f"wait {kind}{mb}", "wait", t0, time.perf_counter())
         self._received[(kind, mb)] = tensors
+        self._post_recvs()
 
     # optimiser and synchronisation ----------------------------------------------------------------
     def _changed(self, wave: int, name: str, change) -> None:
@@ -158,6 +175,11 @@ class StageRank:
         self.rec.span(f"allreduce {wave}", "sync", t0, time.perf_counter())
 
 
+RECV_LOOKAHEAD = 2
+# Where each kind of receive comes from and the shapes it brings.
+_RECV_FROM = {"RECV_F": lambda r: (r.prev_rank, r.in_shapes), "RECV_B": lambda r: (r.next_rank, r.out_shapes)}
+
+
 def _inject(kind: str) -> None:
     """Testing: this rank dies (exits without a word) or hangs (never returns)."""
     if kind == "die":
@@ -170,8 +192,8 @@ _HANDLERS = {
     "F": StageRank.forward, "B": StageRank.backward,
     "SEND_F": lambda r, mb: r._send("F", mb, r.next_rank),
     "SEND_B": lambda r, mb: r._send("B", mb, r.prev_rank),
-    "RECV_F": lambda r, mb: r._recv("F", mb, r.prev_rank, r.in_shapes),
-    "RECV_B": lambda r, mb: r._recv("B", mb, r.next_rank, r.out_shapes),
+    "RECV_F": lambda r, mb: r._recv("F", mb),
+    "RECV_B": lambda r, mb: r._recv("B", mb),
     "UPDATE": StageRank.update, "STEP": StageRank.step, "PUSH": StageRank.push, "PULL": StageRank.pull,
     "ALLREDUCE": StageRank.allreduce,
 }
