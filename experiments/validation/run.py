@@ -1,11 +1,12 @@
 """Run the validation suite: predict each plan with a profile measured on this host, execute it,
 and write a table and a predicted-vs-measured plot under experiments/results/.
 
-    python experiments/validation/run.py            # every plan (about 2 minutes on 2 idle cores)
+    python experiments/validation/run.py            # every plan (about 4 minutes on 2 idle cores)
     python experiments/validation/run.py --quick    # five plans, fewer waves
 
-Each plan is profiled just before it runs, and the cores our processes get (the host's, minus other
-load) are measured then too: the profile and the cluster then describe the host as the run finds it.
+The model is profiled once (per-layer CPU seconds, 15 passes); before each plan the cores our
+processes get (the host's, minus other load) and gloo's latency and bandwidth are measured, so the
+cluster describes the host as the run finds it.
 Target: median |throughput error| <= 5%, max <= 10%. The script reports whether it was met and exits
 1 if not, after writing its results. Timings depend on the host being otherwise idle.
 """
@@ -24,9 +25,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from suite import MODEL_KWARGS, cases  # noqa: E402
+from suite import BATCH, MODEL, MODEL_KWARGS, cases  # noqa: E402
 
-from hetsim.cli.validate import validate_plan, work_rows  # noqa: E402
+from hetsim.cli.validate import cpu_time_profile, validate_plan, work_rows  # noqa: E402
 from hetsim.compare import compare_reports  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
@@ -80,13 +81,16 @@ def main(argv=None) -> int:
     p.add_argument("--waves", type=int, default=None)
     p.add_argument("--out", default=str(RESULTS))
     args = p.parse_args(argv)
-    waves = args.waves or (6 if args.quick else 10)
+    waves = args.waves or (6 if args.quick else 14)
     chosen = [c for c in cases() if c.quick or not args.quick]
     from tqdm import tqdm
+    # One profile for every plan (same model and minibatch): timed in CPU seconds, so other load on
+    # the host does not enter it, and more passes than one plan's budget would allow.
+    profile = cpu_time_profile(MODEL, BATCH, repeats=15, model_kwargs=MODEL_KWARGS)
     rows, load = [], [os.getloadavg()[0]]
     for case in tqdm(chosen, desc="validation", unit="plan"):
         prediction, measurement = validate_plan(case.plan, model_kwargs=MODEL_KWARGS, waves=waves,
-                                                warmup_waves=2, slowdown=case.slowdown, profile_repeats=9)
+                                                warmup_waves=2, slowdown=case.slowdown, profile=profile)
         rows.append(row(case, prediction, measurement))
         load.append(os.getloadavg()[0])
         tqdm.write(f"{case.name}: predicted {rows[-1]['predicted_samples_s']} measured "
