@@ -24,27 +24,28 @@ from hetsim.plan import ASYNC_SCHEDULES
 __all__ = ["optimizer_seconds", "link_speed"]
 
 
-def optimizer_seconds(model: str, *, schedule: str, nm: int, wsp: bool, repeats: int = 9,
+def optimizer_seconds(model: str, *, schedule: str, nm: int, wsp: bool, bsp: bool = False, repeats: int = 9,
                       model_kwargs: dict | None = None) -> list[float]:
     """Seconds per minibatch of optimiser work on each layer (asynchronous: one update per minibatch;
-    flush: one gradient accumulation per minibatch plus 1/nm of a step). Setting `track_deltas`
-    under WSP includes the recording of each update's weight change."""
+    flush: one gradient accumulation per minibatch plus 1/nm of a step). `wsp` includes computing and
+    summing each update's weight change; `bsp` accumulates into the flat vector the all-reduce uses."""
     steady_allocator()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)                  # as every rank runs; several threads would spin-wait
     try:
-        return _measure(model, schedule, nm, wsp, repeats, model_kwargs or {})
+        return _measure(model, schedule, nm, wsp, bsp, repeats, model_kwargs or {})
     finally:
         torch.set_num_threads(threads)
 
 
-def _measure(model: str, schedule: str, nm: int, wsp: bool, repeats: int, model_kwargs: dict) -> list[float]:
+def _measure(model: str, schedule: str, nm: int, wsp: bool, bsp: bool, repeats: int,
+             model_kwargs: dict) -> list[float]:
     torch.manual_seed(0)
     net, _ = modelzoo.build(model, batch=1, **model_kwargs)
     graph = modelzoo.layer_graph(net)
     numel = [sum(p.numel() for p in graph.layers[i].parameters()) for i in range(len(graph))]
     stage = StageModel(graph, 0, len(graph), is_last=True, lr=0.01, momentum=0.9)
-    stage.track_deltas = wsp
+    stage.track_deltas, stage.flat_grads = wsp, bsp
     client = WspClient(vw=0, stage=0, ps_ranks=[], shard_ranges=[]) if wsp else None
     grads = [torch.randn_like(w) for w in stage.weights]
     samples = []

@@ -163,15 +163,8 @@ class StageRank:
         """BSP: average the wave's gradients with the same stage of every VW (ring all-reduce in gloo)."""
         t0 = time.perf_counter()
         self.rec.waiting_on = self.group_ranks
-        grads = self.model.wave_grads()
-        flat = torch.cat([g.reshape(-1) for g in grads])
-        dist.all_reduce(flat, group=self.group)
-        flat /= self.n_vw
-        out, offset = [], 0
-        for g in grads:
-            out.append(flat[offset:offset + g.numel()].view_as(g))
-            offset += g.numel()
-        self.model.set_wave_grads(out)
+        dist.all_reduce(self.model.wave_flat(), group=self.group)
+        self.model.scale_wave(1.0 / self.n_vw)
         self.rec.span(f"allreduce {wave}", "sync", t0, time.perf_counter())
 
 

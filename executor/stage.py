@@ -59,6 +59,9 @@ class StageModel:
         self._buf: list[torch.Tensor | None] = [None] * len(self.weights)
         self._acc: list[torch.Tensor] | None = None       # flush schedules: gradients of the wave
         self._acc_count = 0
+        self.flat_grads = False           # set under BSP: the wave's sum lives in one flat vector
+        self._acc_flat: torch.Tensor | None = None
+        self._wave_scale = 1.0
         self.inflight: dict[int, InFlight] = {}
         self.grads: dict[int, list[torch.Tensor]] = {}     # asynchronous: per minibatch until UPDATE
         # (mb, version at forward, version the backward used, version current at backward)
@@ -119,7 +122,14 @@ class StageModel:
     def accumulate(self, mb: int) -> None:
         """Flush schedules: add minibatch `mb`'s gradients to the wave's sum."""
         grads = self.grads.pop(mb)
-        if self._acc is None:
+        if self._acc is None and self.flat_grads:
+            # One vector the all-reduce works on in place (no concatenation per wave), reused.
+            if self._acc_flat is None:
+                self._acc_flat = torch.empty(sum(g.numel() for g in grads))
+            self._acc = _views(self._acc_flat, grads)
+            for a, g in zip(self._acc, grads):
+                a.copy_(g)
+        elif self._acc is None:
             self._acc = grads                 # autograd's fresh tensors: ours to add into
         else:
             for a, g in zip(self._acc, grads):
@@ -133,15 +143,17 @@ class StageModel:
 
     def step(self) -> list[torch.Tensor]:
         """Flush schedules: one step with the mean gradient of the wave; returns the weight changes."""
-        grads, scale = self._acc, 1.0 / self._acc_count
-        self._acc, self._acc_count = None, 0
+        grads, scale = self._acc, self._wave_scale / self._acc_count
+        self._acc, self._acc_count, self._wave_scale = None, 0, 1.0
         return self._apply(grads, scale)
 
-    def wave_grads(self) -> list[torch.Tensor]:
-        return self._acc
+    def wave_flat(self) -> torch.Tensor:
+        """BSP: the wave's gradient sum as one vector (`flat_grads`), to all-reduce in place."""
+        return self._acc_flat if self._acc is not None else torch.zeros(0)
 
-    def set_wave_grads(self, grads: list[torch.Tensor]) -> None:
-        self._acc = grads
+    def scale_wave(self, factor: float) -> None:
+        """Multiply the wave's gradients by `factor` at the step (an all-reduce's 1/n, for free)."""
+        self._wave_scale = factor
 
     def _apply(self, grads: list[torch.Tensor], scale: float = 1.0) -> list[torch.Tensor]:
         """SGD with momentum, as torch.optim.SGD (dampening 0): buf = m buf + g; w = w - lr buf,
@@ -197,3 +209,11 @@ class StageModel:
             self._ptr_version = {p: v for p, v in self._ptr_version.items() if p in keep}
         if self.weights:
             self._ptr_version[self.weights[0].data_ptr()] = self.version
+
+
+def _views(flat: torch.Tensor, like: list[torch.Tensor]) -> list[torch.Tensor]:
+    out, offset = [], 0
+    for t in like:
+        out.append(flat[offset:offset + t.numel()].view_as(t))
+        offset += t.numel()
+    return out

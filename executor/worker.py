@@ -166,6 +166,7 @@ def _stage(job: Job, layout, role, graph, example, values, numel, shards, record
     model = StageModel(graph, lo, hi, is_last=s == n_stages - 1, lr=opts.lr, momentum=opts.momentum)
     wsp = None
     model.track_deltas = plan.sync.mode == "wsp"
+    model.flat_grads = plan.sync.mode == "bsp"
     if plan.sync.mode == "wsp":
         ps = [r.rank for r in layout.ps_ranks]
         wsp = WspClient(vw=vw, stage=s, ps_ranks=ps,

@@ -134,7 +134,7 @@ def validate_plan(plan: Plan, *, model: str | None = None, model_kwargs: dict | 
     if profile is None:
         profile = cpu_time_profile(model, plan.minibatch_size, profile_repeats, model_kwargs or {})
     extra = optimizer_seconds(model, schedule=plan.schedule, nm=plan.nm, wsp=plan.sync.mode == "wsp",
-                              model_kwargs=model_kwargs)
+                              bsp=plan.sync.mode == "bsp", model_kwargs=model_kwargs)
     profile = with_optimizer_costs(profile, extra)
     prediction = hetsim.simulate(cluster, profile, plan, waves=waves, warmup_waves=warmup_waves,
                                  seed=seed, slowdown=slowdown)
