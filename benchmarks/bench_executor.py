@@ -5,15 +5,17 @@ count and size, SGD with momentum, one torch thread per rank. A pipelining step 
 Nm microbatches and one optimiser step: our flush schedules' wave (gpipe <-> ScheduleGPipe,
 1f1b-flush <-> Schedule1F1B). Both are timed after warm-up steps, in samples per second.
 
-    python benchmarks/bench_executor.py [--steps 12] [--warmup 3]
+    python benchmarks/bench_executor.py [--steps 30] [--warmup 3] [--repeats 3]
 
-Prints a table; asserts nothing. Timings on a shared host are noisy: compare within one run.
+Each case runs ours and theirs alternately `repeats` times; the table gives medians. Prints a table;
+asserts nothing. Timings on a shared host are noisy: compare within one run.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -88,17 +90,20 @@ def theirs(n_stages: int, nm: int, schedule: str, steps: int, warmup: int) -> fl
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=12)
+    p.add_argument("--steps", type=int, default=30)
     p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=3)
     args = p.parse_args(argv)
     print(f"host: {os.cpu_count()} cores, 1-min load average {os.getloadavg()[0]:.1f}; mlp {KWARGS}, "
-          f"microbatch {MICROBATCH}, {args.steps} timed steps after {args.warmup}")
+          f"microbatch {MICROBATCH}, {args.steps} timed steps after {args.warmup}, median of {args.repeats} "
+          "alternating runs")
     print(f"| schedule (ours / torch.distributed.pipelining) | stages | Nm | ours samples/s | pipelining samples/s | ours / theirs |")
     print("|---|---|---|---|---|---|")
     for n_stages, nm in ((2, 4), (4, 4), (4, 8)):
         for schedule, name in (("gpipe", "ScheduleGPipe"), ("1f1b-flush", "Schedule1F1B")):
-            a = ours(n_stages, nm, schedule, args.steps, args.warmup)
-            b = theirs(n_stages, nm, schedule, args.steps, args.warmup)
+            runs = [(ours(n_stages, nm, schedule, args.steps, args.warmup),
+                     theirs(n_stages, nm, schedule, args.steps, args.warmup)) for _ in range(args.repeats)]
+            a, b = statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
             print(f"| {schedule} / {name} | {n_stages} | {nm} | {a:.0f} | {b:.0f} | {a / b:.2f} |", flush=True)
     return 0
 
