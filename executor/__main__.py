@@ -10,6 +10,7 @@ import argparse
 import os
 import sys
 
+from hetsim.cli.assignments import assignments
 from hetsim.errors import HetsimError
 
 __all__ = ["main", "add_arguments", "options_from_args", "model_kwargs"]
@@ -38,27 +39,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def options_from_args(args):
     from executor.options import ExecOptions
-    slowdown = {}
-    for item in args.slowdown:
-        gpu, _, factor = item.partition("=")
-        try:
-            slowdown[gpu] = float(factor)
-        except ValueError:
-            raise HetsimError(f"--slowdown {item!r}: expected GPU=FACTOR, e.g. host/gpu1=2") from None
+    slowdown = assignments(args.slowdown, "--slowdown", float, "GPU=FACTOR, e.g. host/gpu1=2")
     return ExecOptions(waves=args.waves, warmup_waves=args.warmup_waves, seed=args.seed, data=args.data,
                        lr=args.lr, momentum=args.momentum, slowdown=slowdown, threads=args.threads,
                        timeout_s=args.timeout)
 
 
 def model_kwargs(items: list[str]) -> dict[str, int]:
-    out = {}
-    for item in items:
-        name, _, value = item.partition("=")
-        try:
-            out[name] = int(value)
-        except ValueError:
-            raise HetsimError(f"--model-arg {item!r}: expected NAME=INT, e.g. hidden=1024") from None
-    return out
+    return assignments(items, "--model-arg", int, "NAME=INT, e.g. hidden=1024")
 
 
 def main(argv: list[str] | None = None) -> int:

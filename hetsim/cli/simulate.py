@@ -6,6 +6,7 @@ import argparse
 import time
 
 from hetsim.data import DEFAULT_CLUSTER, DEFAULT_PLAN, DEFAULT_PROFILE
+from hetsim.cli.assignments import assignments
 from hetsim.errors import HetsimError
 from hetsim.report import Report
 
@@ -39,14 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _slowdowns(items: list[str]) -> dict[str, float]:
-    out = {}
-    for item in items:
-        gpu, _, factor = item.partition("=")
-        try:
-            out[gpu] = float(factor)
-        except ValueError:
-            raise HetsimError(f"--slowdown {item!r}: expected GPU=FACTOR, e.g. node2/gpu1=1.5") from None
-    return out
+    return assignments(items, "--slowdown", float, "GPU=FACTOR, e.g. node2/gpu1=1.5")
 
 
 def _straggler(text: str | None) -> tuple[float, float]:
