@@ -194,11 +194,7 @@ class StageModel:
 
     def set_flat(self, flat: torch.Tensor) -> None:
         """New weights from `flat`, which becomes ours: the weights are views into it, not copies."""
-        out, offset = [], 0
-        for w in self.weights:
-            out.append(flat[offset:offset + w.numel()].view_as(w))
-            offset += w.numel()
-        self.weights = out
+        self.weights = _views(flat, self.weights)
         self.version += 1
         self._mark()
 
@@ -212,6 +208,7 @@ class StageModel:
 
 
 def _views(flat: torch.Tensor, like: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Consecutive pieces of `flat` shaped as the tensors in `like`."""
     out, offset = [], 0
     for t in like:
         out.append(flat[offset:offset + t.numel()].view_as(t))

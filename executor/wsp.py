@@ -46,15 +46,18 @@ class Span:
         return torch.cat([flat[a:b] for a, b in self.ranges]) if self.ranges else flat.new_zeros(0)
 
     def add_(self, flat: torch.Tensor, values: torch.Tensor) -> None:
-        offset = 0
-        for a, b in self.ranges:
-            flat[a:b].add_(values[offset:offset + b - a])
-            offset += b - a
+        for piece, value in self._pieces(flat, values):
+            piece.add_(value)
 
     def copy_(self, flat: torch.Tensor, values: torch.Tensor) -> None:
+        for piece, value in self._pieces(flat, values):
+            piece.copy_(value)
+
+    def _pieces(self, flat: torch.Tensor, values: torch.Tensor):
+        """(slice of `flat`, the matching slice of `values`, which holds this span's elements in order)."""
         offset = 0
         for a, b in self.ranges:
-            flat[a:b].copy_(values[offset:offset + b - a])
+            yield flat[a:b], values[offset:offset + b - a]
             offset += b - a
 
 
