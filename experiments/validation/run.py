@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from suite import BATCH, MODEL, MODEL_KWARGS, cases  # noqa: E402
 
-from hetsim.cli.validate import cpu_time_profile, validate_plan, work_rows  # noqa: E402
+from hetsim.cli.validate import cpu_time_profile, load_changed, validate_plan, work_rows  # noqa: E402
 from hetsim.compare import compare_reports  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
@@ -43,6 +43,7 @@ def row(case, prediction, measurement) -> dict:
            "slowdown": " ".join(f"{g}x{f}" for g, f in sorted(case.slowdown.items())),
            "cores_available": prediction.cluster.split("_")[2],
            "latency_us": prediction.cluster.split("_")[4][:-2],
+           "cores_after": measurement.training["cores_available"]["after"],
            "predicted_samples_s": round(tp.predicted, 1), "measured_samples_s": round(tp.measured, 1),
            "error_pct": round(tp.error_pct, 1)}
     work = work_rows(measurement)
@@ -95,6 +96,8 @@ def main(argv=None) -> int:
         load.append(os.getloadavg()[0])
         tqdm.write(f"{case.name}: predicted {rows[-1]['predicted_samples_s']} measured "
                    f"{rows[-1]['measured_samples_s']} samples/s ({rows[-1]['error_pct']:+.1f}%)")
+        if load_changed(measurement):
+            tqdm.write(f"  warning: {load_changed(measurement)}")
     errors = [abs(r["error_pct"]) for r in rows]
     summary = {"plans": len(rows), "waves": waves, "median_abs_error_pct": statistics.median(errors),
                "max_abs_error_pct": max(errors), "targets": {"median": MEDIAN_TOL, "max": MAX_TOL},

@@ -20,8 +20,9 @@ from hetsim.plan import Plan, StageSpec, VirtualWorker
 from hetsim.profile import ModelProfile
 
 __all__ = ["add_arguments", "run", "host_cluster", "onto_host", "with_optimizer_costs", "validate_plan",
-           "available_cores", "cpu_time_profile"]
+           "available_cores", "cpu_time_profile", "load_changed"]
 
+LOAD_TOLERANCE = 0.2                  # cores; beyond this the host's load changed during a run
 CPU_TYPE = GpuType(name="cpu", display_name="CPU rank", memory_bytes=4 * GIB, memory_bandwidth_Bps=1e10,
                    peak_fp32_flops=5e10, peak_fp16_flops=5e10,
                    sources=("placeholder: executor runs use measured profiles, not datasheet rates",))
@@ -144,7 +145,18 @@ def validate_plan(plan: Plan, *, model: str | None = None, model_kwargs: dict | 
     measurement.training["predicted_work_s_per_minibatch"] = {
         s.gpu: sum(profile.stage_times("cpu", *s.layers))
         for vw in plan.virtual_workers for s in vw.stages}
+    # Load that came or went during the run is not in the prediction: measure again to tell.
+    measurement.training["cores_available"] = {"before": cluster.nodes[0].shared_cores, "after": available_cores()}
     return prediction, measurement
+
+
+def load_changed(measurement, tolerance: float = LOAD_TOLERANCE) -> str | None:
+    """A warning when the cores our ranks could get differed before and after the run."""
+    cores = measurement.training.get("cores_available")
+    if not cores or abs(cores["after"] - cores["before"]) <= tolerance:
+        return None
+    return (f"the cores available to our ranks changed during the run ({cores['before']} before, "
+            f"{cores['after']} after): other load on this host makes this comparison unreliable")
 
 
 def work_rows(measurement) -> list:
@@ -179,6 +191,9 @@ def run(args: argparse.Namespace) -> int:
     print(format_comparison(compare_reports(prediction, measurement) + work_rows(measurement)))
     for note in measurement.notes[1:]:
         print(f"note: {note}")
+    warning = load_changed(measurement)
+    if warning:
+        print(f"warning: {warning}")
     if args.out:
         prediction.write(os.path.join(args.out, "prediction"))
         measurement.write(os.path.join(args.out, "measurement"))

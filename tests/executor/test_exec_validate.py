@@ -60,3 +60,13 @@ def test_optimizer_costs_are_added_to_each_layers_backward():
     folded = with_optimizer_costs(profile, [0.5, 0.25])
     assert [l.bwd_s["cpu"] for l in folded.layers] == [2.5, 2.25]
     assert [l.fwd_s["cpu"] for l in folded.layers] == [1.0, 1.0]
+
+
+def test_a_change_of_host_load_during_a_run_is_flagged():
+    from types import SimpleNamespace
+
+    from hetsim.cli.validate import load_changed
+    steady = SimpleNamespace(training={"cores_available": {"before": 1.99, "after": 1.95}})
+    loaded = SimpleNamespace(training={"cores_available": {"before": 1.99, "after": 1.2}})
+    assert load_changed(steady) is None
+    assert "1.99 before, 1.2 after" in load_changed(loaded)
