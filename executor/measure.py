@@ -101,6 +101,11 @@ def _sync(plan, records, layout: RankLayout) -> dict:
                    max_clock_gap=max(((w - offset) - c for _, _, w, _, c in gates), default=0),
                    bound_wait_s={vw.name: sum(g[3] for g in gates if g[0] == i and g[1] == 0)
                                  for i, vw in enumerate(plan.virtual_workers)})
+    elif plan.sync.mode == "sdpipe":           # as hetsim.sim.summary reports the simulator's groups
+        scheduler = records[layout.scheduler_rank]
+        sizes = [len(members) for _, _, members, _ in scheduler.groups]
+        out.update(period=plan.sync.sdpipe_period, groups=len(sizes), group_size=distribution(sizes),
+                   connections=list(scheduler.connections))
     return out
 
 
@@ -121,7 +126,20 @@ def _training(layout: RankLayout, records, clipped, origin: float, start: float,
                             if layout.roles[r.rank].kind == "stage"},
             "weight_versions": {layout.describe(r.rank): [list(v) for v in r.versions] for r in records
                                 if r.versions},
+            "final_weights": {layout.describe(r.rank): r.final_weights for r in records if r.final_weights},
+            **_sdpipe_groups(records),
             "emulation": EMULATION_NOTE}
+
+
+def _sdpipe_groups(records) -> dict:
+    """Every group the SDPipe scheduler formed, per stage index, in order: [members, their waves]."""
+    groups = [g for r in records for g in r.groups]
+    if not groups:
+        return {}
+    by_stage: dict[str, list] = {}
+    for stage, _number, members, waves in groups:
+        by_stage.setdefault(f"stage {stage}", []).append([list(members), list(waves)])
+    return {"sdpipe_groups": by_stage}
 
 
 def _trace(job, layout: RankLayout, records, origin: float) -> TraceWriter:
