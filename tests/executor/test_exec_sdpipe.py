@@ -16,6 +16,7 @@ from executor.data import SyntheticData
 from executor.health import ExecutorError
 from executor.launch import layout_of
 from executor.sdpipe_groups import GroupFormer
+from hetsim.compare import compare_reports
 from hetsim.errors import HetsimError
 from hetsim.plan import SyncSpec
 
@@ -168,6 +169,8 @@ def test_period_one_groups_everyone_and_averages_weights_like_local_sgd_with_ave
         assert digests[f"rank {s} (vw0 stage {s} on host/gpu{s})"] == \
             digests[f"rank {2 + s} (vw1 stage {s} on host/gpu{2 + s})"]
     assert report.sync["group_size"]["histogram"] == {"2": 8} and report.sync["connections"] == [4, 4]
+    rows = {r.metric: r for r in compare_reports(replace(report, kind="prediction"), report)}
+    assert rows["sdpipe mean group size"].measured == 2.0 and rows["sdpipe connections"].measured == 8
 
 
 def test_under_a_straggler_fast_pipelines_group_without_it_yet_every_period_connects_all():
