@@ -38,16 +38,16 @@ class GroupScheduler:
         self.n_vw, self.stage_rank, self.rec = n_vw, stage_rank, record
         self.waves, self.expected = waves, n_vw * n_stages * waves
         self._sends: list = []
+        self._where = {stage_rank(v, s): (v, s) for s in range(n_stages) for v in range(n_vw)}
 
     def serve(self) -> None:
         """A thread per stage rank blocks on that rank's joins and queues them, so the loop wakes at
         an arrival or when a window runs out. (Gloo completes a receive only inside wait(), so it
         cannot be polled; and a receive from one peer fails at once when that peer dies, which one
         from any source does not, so the watchdog can name the dead rank.)"""
-        ranks = sorted(self.stage_rank(v, f.stage) for f in self.formers for v in range(self.n_vw))
-        self.rec.waiting_on = ranks
+        self.rec.waiting_on = sorted(self._where)
         inbox: queue.Queue = queue.Queue()
-        for rank in ranks:
+        for rank in sorted(self._where):
             threading.Thread(target=_receive_joins, args=(rank, self.waves, inbox), daemon=True,
                              name=f"sdpipe-joins-{rank}").start()
         for _ in range(self.expected):
@@ -69,8 +69,9 @@ class GroupScheduler:
             except queue.Empty:
                 item = None
             now = time.perf_counter()
-            if isinstance(item, Exception):
-                raise RuntimeError(f"receiving a join: {item}") from item
+            if isinstance(item, tuple) and isinstance(item[1], Exception):
+                self.rec.waiting_on = self._suspects(item[0])
+                raise RuntimeError(f"receiving a join: {item[1]}") from item[1]
             if item is not None:
                 stage, vw, wave = item
                 self.rec.at(f"join s{stage} vw{vw} wave{wave}")
@@ -79,6 +80,16 @@ class GroupScheduler:
                 self._announce(f.expire(now))
             if item is not None:
                 return
+
+    def _suspects(self, rank: int) -> list[int]:
+        """Whom a failed receive from `rank` waited on: the rank itself, unless it is waiting for
+        its group (its silence is then expected), when it is the VWs that group still waits for."""
+        vw, stage = self._where[rank]
+        former = self.formers[stage]
+        if vw not in former.ready:
+            return [rank]
+        missing = sorted(former.active - set(former.ready))
+        return [self.stage_rank(v, stage) for v in missing] or sorted(self._where)
 
     def _announce(self, group: Group | None) -> None:
         if group is None:
@@ -98,7 +109,7 @@ def _receive_joins(rank: int, count: int, inbox: queue.Queue) -> None:
             dist.recv(message, rank, tag=_JOIN)
             inbox.put(tuple(int(x) for x in message))
     except Exception as exc:                   # that peer died or went silent: the loop raises it
-        inbox.put(exc)
+        inbox.put((rank, exc))
 
 
 class GroupSyncClient:

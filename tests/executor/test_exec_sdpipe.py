@@ -198,14 +198,17 @@ def test_under_a_straggler_fast_pipelines_group_without_it_yet_every_period_conn
     assert report.sync["groups"] == len(groups)
 
 
-def test_a_dead_stage_rank_is_named_by_the_scheduler_and_the_other_pipelines():
+@pytest.mark.parametrize("kind,word", [("die", "died"), ("hang", "hung")])
+def test_a_dead_or_hung_stage_rank_is_named_by_the_scheduler_and_the_other_pipeline(kind, word):
+    """vw0 waits for its group (P = 1: for vw1) on the scheduler, not on vw1 itself; neither it nor
+    the scheduler may blame the other."""
     plan = mlp_plan([[0, 9], [0, 9]], nm=2, schedule="1f1b", sync=SyncSpec(mode="sdpipe", sdpipe_period=1))
     start = time.monotonic()
     with pytest.raises(ExecutorError) as info:
-        run(plan, waves=4, timeout_s=4.0, fault="1:F3:die")
+        run(plan, waves=4, timeout_s=4.0, fault=f"1:F3:{kind}")
     message = str(info.value)
     culprit = "rank 1 (vw1 stage 0 on host/gpu1)"
-    assert f"{culprit} died" in message
+    assert f"{culprit} {word}" in message
     for other in ("rank 0 ", "rank 2 (sdpipe group scheduler)"):
         line = next(l for l in message.splitlines() if l.strip().startswith(other))
         assert culprit in line and "killed" not in line
