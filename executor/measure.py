@@ -39,7 +39,7 @@ def build_measured_report(job, layout: RankLayout, records: list[RankRecord], sc
         throughput={"minibatches_per_s": rate, "samples_per_s": rate * plan.minibatch_size},
         virtual_workers=vws, gpus=_gpus(job, layout, records, clipped, end - start), links=[],
         staleness=_staleness(plan, records, schedules, layout), sync=_sync(plan, records, layout),
-        notes=_notes(opts), training=_training(layout, records, clipped, origin, start, end),
+        notes=_notes(opts, plan.sync.mode), training=_training(layout, records, clipped, origin, start, end),
         staleness_local=sorted(x for r in records for x in r.staleness_local),
         staleness_global=sorted(x for r in records for x in r.staleness_global))
     if opts.trace:
@@ -109,8 +109,9 @@ def _sync(plan, records, layout: RankLayout) -> dict:
     return out
 
 
-def _notes(opts) -> list[str]:
-    notes = ["measured: torch.distributed executor, one process per stage and per parameter server"]
+def _notes(opts, sync_mode: str) -> list[str]:
+    notes = ["measured: torch.distributed executor, one process per stage and per parameter server"
+             + (", and one for the sdpipe group scheduler" if sync_mode == "sdpipe" else "")]
     if any(f != 1.0 for f in opts.slowdown.values()):
         notes.append(EMULATION_NOTE + ": " + ", ".join(f"{g} x{f}" for g, f in sorted(opts.slowdown.items())))
     return notes

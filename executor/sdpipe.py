@@ -15,6 +15,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -69,9 +70,9 @@ class GroupScheduler:
             except queue.Empty:
                 item = None
             now = time.perf_counter()
-            if isinstance(item, tuple) and isinstance(item[1], Exception):
-                self.rec.waiting_on = self._suspects(item[0])
-                raise RuntimeError(f"receiving a join: {item[1]}") from item[1]
+            if isinstance(item, _Failed):
+                self.rec.waiting_on = self._suspects(item.rank)
+                raise RuntimeError(f"receiving a join: {item.error}") from item.error
             if item is not None:
                 stage, vw, wave = item
                 self.rec.at(f"join s{stage} vw{vw} wave{wave}")
@@ -102,14 +103,21 @@ class GroupScheduler:
             self._sends.append(dist.isend(reply, self.stage_rank(vw, group.stage), tag=_REPLY))
 
 
+@dataclass(frozen=True)
+class _Failed:
+    rank: int                 # whose joins could not be received
+    error: Exception
+
+
 def _receive_joins(rank: int, count: int, inbox: queue.Queue) -> None:
+    """(stage, vw, wave) of each of `rank`'s joins into `inbox`, or a _Failed when a receive fails."""
     try:
         for _ in range(count):
             message = torch.zeros(3, dtype=torch.long)
             dist.recv(message, rank, tag=_JOIN)
             inbox.put(tuple(int(x) for x in message))
     except Exception as exc:                   # that peer died or went silent: the loop raises it
-        inbox.put((rank, exc))
+        inbox.put(_Failed(rank, exc))
 
 
 class GroupSyncClient:
