@@ -158,6 +158,14 @@ def _serve(job: Job, layout: RankLayout, graph, numel, shards, j: int) -> None:
                     pull_offset=job.plan.sync.offset_for(job.plan.schedule)).serve()
 
 
+def _group_sync_client(plan: Plan, layout: RankLayout, role, n_stages: int, record) -> GroupSyncClient | None:
+    if plan.sync.mode != "sdpipe":
+        return None
+    return GroupSyncClient(vw=role.vw, stage=role.stage, n_stages=n_stages, scheduler_rank=layout.scheduler_rank,
+                           peers=[layout.stage_rank(v, role.stage) for v in range(len(plan.virtual_workers))],
+                           record=record)
+
+
 def _stage(job: Job, layout, role, graph, example, values, numel, shards, record, groups, resume) -> None:
     plan, opts = job.plan, job.options
     vw, s = role.vw, role.stage
@@ -176,11 +184,6 @@ def _stage(job: Job, layout, role, graph, example, values, numel, shards, record
         ps = [r.rank for r in layout.ps_ranks]
         wsp = WspClient(vw=vw, stage=s, ps_ranks=ps,
                         shard_ranges=[shard_indices(numel, shards, j, lo, hi) for j in range(len(ps))])
-    sdpipe = None
-    if plan.sync.mode == "sdpipe":
-        sdpipe = GroupSyncClient(vw=vw, stage=s, n_stages=n_stages, scheduler_rank=layout.scheduler_rank,
-                                 peers=[layout.stage_rank(v, s) for v in range(len(plan.virtual_workers))],
-                                 record=record)
     runner = StageRank(
         vw=vw, stage=s, n_stages=n_stages, nm=plan.nm, asynchronous=plan.schedule in ASYNC_SCHEDULES,
         model=model, data=data, in_shapes=shapes(lo), out_shapes=shapes(hi),
@@ -189,7 +192,7 @@ def _stage(job: Job, layout, role, graph, example, values, numel, shards, record
         emulation=Emulation(opts.slowdown.get(role.gpu, 1.0)), record=record, wsp=wsp,
         group=groups.get(s), n_vw=len(plan.virtual_workers),
         group_ranks=[layout.stage_rank(v, s) for v in range(len(plan.virtual_workers))],
-        fault=opts.fault_spec, rank=role.rank, sdpipe=sdpipe)
+        fault=opts.fault_spec, rank=role.rank, sdpipe=_group_sync_client(plan, layout, role, n_stages, record))
     if opts.checkpoint_dir:
         runner.checkpoint = _saver(opts.checkpoint_dir, role.rank, runner)
     actions = job.schedules()[vw].stages[s]
