@@ -36,6 +36,7 @@ class Health:
         self.position, self.on_exit = position, on_exit
         self._ppid = os.getppid()
         self._stop = threading.Event()
+        self._diagnosing = False
         self._thread = threading.Thread(target=self._loop, name="executor-watchdog", daemon=True)
 
     def start(self) -> None:
@@ -53,7 +54,7 @@ class Health:
         while not self._stop.wait(self.interval_s):
             try:
                 self._beat()
-                if self.store.check(["failed"]):
+                if not self._diagnosing and self.store.check(["failed"]):
                     self._exit(f"{self.describe(self.rank)} stopped: {self.store.get('failed').decode()}")
                 if os.getppid() != self._ppid:
                     self._exit(f"{self.describe(self.rank)} stopped: its launcher exited")
@@ -92,8 +93,11 @@ class Health:
 
     def failure(self, peers: list[int], waiting_at: str, exc: BaseException) -> ExecutorError:
         """The error this rank raises: the first published diagnosis (the root cause), or its own."""
-        self.stop()
+        # Keep beating while diagnosing: peers diagnosing the same failure would take a silent
+        # heartbeat for a death. Another rank's diagnosis must not end this one before it is published.
+        self._diagnosing = True
         mine = self.culprit(peers)
+        self.stop()
         try:
             root = self.store.compare_set("failed", "", mine).decode() or mine
         except Exception:

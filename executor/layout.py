@@ -1,4 +1,5 @@
-"""Which rank does what: (virtual worker, stage) ranks first, VW-major, then parameter-server ranks.
+"""Which rank does what: (virtual worker, stage) ranks first, VW-major, then parameter-server ranks,
+then SDPipe's group scheduler.
 
 Pure functions of the plan and cluster, so every rank (and the launcher) derives the same layout.
 """
@@ -15,7 +16,7 @@ __all__ = ["Role", "RankLayout", "rank_layout", "shard_indices"]
 @dataclass(frozen=True, kw_only=True)
 class Role:
     rank: int
-    kind: str                    # "stage" or "ps"
+    kind: str                    # "stage", "ps" or "scheduler"
     vw: int = -1
     stage: int = -1
     gpu: str = ""                # cluster GPU id the stage runs as (its emulated device)
@@ -39,6 +40,13 @@ class RankLayout:
     def ps_ranks(self) -> tuple[Role, ...]:
         return tuple(r for r in self.roles if r.kind == "ps")
 
+    @property
+    def scheduler_rank(self) -> int:
+        for r in self.roles:
+            if r.kind == "scheduler":
+                return r.rank
+        raise KeyError("no sdpipe scheduler rank (the plan's sync is not sdpipe)")
+
     def stage_rank(self, vw: int, stage: int) -> int:
         for r in self.roles:
             if r.kind == "stage" and r.vw == vw and r.stage == stage:
@@ -49,12 +57,15 @@ class RankLayout:
         r = self.roles[rank]
         if r.kind == "ps":
             return f"rank {rank} (parameter server {r.ps_index})"
+        if r.kind == "scheduler":
+            return f"rank {rank} (sdpipe group scheduler)"
         return f"rank {rank} (vw{r.vw} stage {r.stage} on {r.gpu})"
 
 
 def rank_layout(plan: Plan, n_shards: int) -> RankLayout:
     """Stage ranks in plan order; WSP adds one parameter-server rank per shard
-    (hetsim.parameter_servers.ps_shards: one per PS node, or one per stage with local placement)."""
+    (hetsim.parameter_servers.ps_shards: one per PS node, or one per stage with local placement);
+    SDPipe adds one group-scheduler rank that serves every stage index."""
     roles: list[Role] = []
     for v, vw in enumerate(plan.virtual_workers):
         for s, spec in enumerate(vw.stages):
@@ -62,6 +73,8 @@ def rank_layout(plan: Plan, n_shards: int) -> RankLayout:
     if plan.sync.mode == "wsp":
         for j in range(n_shards):
             roles.append(Role(rank=len(roles), kind="ps", ps_index=j))
+    if plan.sync.mode == "sdpipe":
+        roles.append(Role(rank=len(roles), kind="scheduler"))
     return RankLayout(roles=tuple(roles))
 
 

@@ -39,7 +39,7 @@ def build_measured_report(job, layout: RankLayout, records: list[RankRecord], sc
         throughput={"minibatches_per_s": rate, "samples_per_s": rate * plan.minibatch_size},
         virtual_workers=vws, gpus=_gpus(job, layout, records, clipped, end - start), links=[],
         staleness=_staleness(plan, records, schedules, layout), sync=_sync(plan, records, layout),
-        notes=_notes(opts), training=_training(layout, records, clipped, origin, start, end),
+        notes=_notes(opts, plan.sync.mode), training=_training(layout, records, clipped, origin, start, end),
         staleness_local=sorted(x for r in records for x in r.staleness_local),
         staleness_global=sorted(x for r in records for x in r.staleness_global))
     if opts.trace:
@@ -101,11 +101,17 @@ def _sync(plan, records, layout: RankLayout) -> dict:
                    max_clock_gap=max(((w - offset) - c for _, _, w, _, c in gates), default=0),
                    bound_wait_s={vw.name: sum(g[3] for g in gates if g[0] == i and g[1] == 0)
                                  for i, vw in enumerate(plan.virtual_workers)})
+    elif plan.sync.mode == "sdpipe":           # as hetsim.sim.summary reports the simulator's groups
+        scheduler = records[layout.scheduler_rank]
+        sizes = [len(members) for _, _, members, _ in scheduler.groups]
+        out.update(period=plan.sync.sdpipe_period, groups=len(sizes), group_size=distribution(sizes),
+                   connections=list(scheduler.connections))
     return out
 
 
-def _notes(opts) -> list[str]:
-    notes = ["measured: torch.distributed executor, one process per stage and per parameter server"]
+def _notes(opts, sync_mode: str) -> list[str]:
+    notes = ["measured: torch.distributed executor, one process per stage and per parameter server"
+             + (", and one for the sdpipe group scheduler" if sync_mode == "sdpipe" else "")]
     if any(f != 1.0 for f in opts.slowdown.values()):
         notes.append(EMULATION_NOTE + ": " + ", ".join(f"{g} x{f}" for g, f in sorted(opts.slowdown.items())))
     return notes
@@ -121,7 +127,20 @@ def _training(layout: RankLayout, records, clipped, origin: float, start: float,
                             if layout.roles[r.rank].kind == "stage"},
             "weight_versions": {layout.describe(r.rank): [list(v) for v in r.versions] for r in records
                                 if r.versions},
+            "final_weights": {layout.describe(r.rank): r.final_weights for r in records if r.final_weights},
+            **_sdpipe_groups(records),
             "emulation": EMULATION_NOTE}
+
+
+def _sdpipe_groups(records) -> dict:
+    """Every group the SDPipe scheduler formed, per stage index, in order: [members, their waves]."""
+    groups = [g for r in records for g in r.groups]
+    if not groups:
+        return {}
+    by_stage: dict[str, list] = {}
+    for stage, _number, members, waves in groups:
+        by_stage.setdefault(f"stage {stage}", []).append([list(members), list(waves)])
+    return {"sdpipe_groups": by_stage}
 
 
 def _trace(job, layout: RankLayout, records, origin: float) -> TraceWriter:

@@ -28,6 +28,9 @@ class RankRecord:
     position: str = "start"              # the action being run, and since when (wall clock)
     since: float = field(default_factory=time.time)
     waiting_on: list[int] = field(default_factory=list)   # peers a blocking call waits for
+    final_weights: str = ""              # digest of a stage's flat weights at the end
+    groups: list[tuple] = field(default_factory=list)     # sdpipe scheduler: (stage, number, members, waves)
+    connections: list[int] = field(default_factory=list)  # sdpipe scheduler: per stage index
 
     cpu: list[tuple[float, float]] = field(default_factory=list)    # (end time, CPU seconds) per compute
 

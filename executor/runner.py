@@ -16,6 +16,7 @@ import torch.distributed as dist
 from executor.data import SyntheticData
 from executor.emulation import Emulation
 from executor.record import RankRecord
+from executor.sdpipe import GroupSyncClient
 from executor.stage import StageModel
 from executor.wsp import WspClient
 
@@ -28,13 +29,15 @@ class StageRank:
                  out_shapes: list[tuple[int, ...]], prev_rank: int | None, next_rank: int | None,
                  emulation: Emulation, record: RankRecord, wsp: WspClient | None = None,
                  group=None, group_ranks: list[int] | None = None, n_vw: int = 1,
-                 checkpoint=None, fault: tuple[int, str, str] | None = None, rank: int = -1):
+                 checkpoint=None, fault: tuple[int, str, str] | None = None, rank: int = -1,
+                 sdpipe: GroupSyncClient | None = None):
         self.vw, self.stage, self.n_stages, self.nm = vw, stage, n_stages, nm
         self.asynchronous = asynchronous
         self.model, self.data, self.emulation, self.rec = model, data, emulation, record
         self.in_shapes, self.out_shapes = in_shapes, out_shapes
         self.prev_rank, self.next_rank = prev_rank, next_rank
         self.wsp, self.group, self.group_ranks, self.n_vw = wsp, group, group_ranks or [], n_vw
+        self.sdpipe = sdpipe
         self.checkpoint = checkpoint          # callable(wave) after each STEP, or None
         self.rank, self.fault = rank, fault
         self.applied = 0                  # own minibatches whose updates are in the local weights
@@ -167,6 +170,14 @@ class StageRank:
         self.model.scale_wave(1.0 / self.n_vw)
         self.rec.span(f"allreduce {wave}", "sync", t0, time.perf_counter())
 
+    def group_sync(self, wave: int) -> None:
+        """SDPipe: average the weights with the group the scheduler forms (a group of one goes on)."""
+        t0 = time.perf_counter()
+        members, weights = self.sdpipe.sync(wave, self.model.flat)
+        if weights is not None:
+            self.model.set_flat(weights)
+        self.rec.span(f"group {wave} {'+'.join(f'vw{m}' for m in members)}", "sync", t0, time.perf_counter())
+
 
 RECV_LOOKAHEAD = 2
 # Where each kind of receive comes from and the shapes it brings.
@@ -188,5 +199,5 @@ _HANDLERS = {
     "RECV_F": lambda r, mb: r._recv("F", mb),
     "RECV_B": lambda r, mb: r._recv("B", mb),
     "UPDATE": StageRank.update, "STEP": StageRank.step, "PUSH": StageRank.push, "PULL": StageRank.pull,
-    "ALLREDUCE": StageRank.allreduce,
+    "ALLREDUCE": StageRank.allreduce, "GROUP_SYNC": StageRank.group_sync,
 }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -18,6 +19,7 @@ from executor.layout import RankLayout, rank_layout, shard_indices
 from executor.options import ExecOptions
 from executor.record import RankRecord
 from executor.runner import StageRank
+from executor.sdpipe import GroupScheduler, GroupSyncClient
 from executor.stage import StageModel
 from executor.wsp import ParameterServer, Span, WspClient
 from hetsim.cluster import Cluster
@@ -73,12 +75,11 @@ def job_layout(job: Job, n_layers: int) -> RankLayout:
 
 
 def _check_supported(job: Job) -> None:
-    if job.options.checkpoint_dir and (job.plan.schedule in ASYNC_SCHEDULES or job.plan.sync.mode == "wsp"):
+    if job.options.checkpoint_dir and (job.plan.schedule in ASYNC_SCHEDULES
+                                       or job.plan.sync.mode not in ("none", "bsp")):
         raise PlanError("executor: checkpoints need a flush schedule (gpipe, 1f1b-flush) with sync none or "
                         f"bsp (a consistent cut after each wave); plan {job.plan.name} uses "
                         f"{job.plan.schedule} with sync {job.plan.sync.mode}")
-    if job.plan.sync.mode == "sdpipe":
-        raise PlanError("executor: sync sdpipe is not implemented in the executor yet (wsp, bsp, none are)")
     if job.options.device != "cpu":
         raise PlanError(f"executor: device {job.options.device!r} is not supported yet; use cpu")
 
@@ -111,6 +112,10 @@ def run_rank(rank: int, job: Job, record: RankRecord) -> RankRecord:
     groups = _bsp_groups(job, layout)
     if role.kind == "ps":
         _serve(job, layout, graph, numel, shards, role.ps_index)
+    elif role.kind == "scheduler":
+        GroupScheduler(n_vw=len(job.plan.virtual_workers), n_stages=len(job.plan.virtual_workers[0].stages),
+                       spec=job.plan.sync, waves=job.options.waves, stage_rank=layout.stage_rank,
+                       record=record).serve()
     else:
         _stage(job, layout, role, graph, example, values, numel, shards, record, groups, resume)
     record.finish()
@@ -153,6 +158,14 @@ def _serve(job: Job, layout: RankLayout, graph, numel, shards, j: int) -> None:
                     pull_offset=job.plan.sync.offset_for(job.plan.schedule)).serve()
 
 
+def _group_sync_client(plan: Plan, layout: RankLayout, role, n_stages: int, record) -> GroupSyncClient | None:
+    if plan.sync.mode != "sdpipe":
+        return None
+    return GroupSyncClient(vw=role.vw, stage=role.stage, n_stages=n_stages, scheduler_rank=layout.scheduler_rank,
+                           peers=[layout.stage_rank(v, role.stage) for v in range(len(plan.virtual_workers))],
+                           record=record)
+
+
 def _stage(job: Job, layout, role, graph, example, values, numel, shards, record, groups, resume) -> None:
     plan, opts = job.plan, job.options
     vw, s = role.vw, role.stage
@@ -179,7 +192,7 @@ def _stage(job: Job, layout, role, graph, example, values, numel, shards, record
         emulation=Emulation(opts.slowdown.get(role.gpu, 1.0)), record=record, wsp=wsp,
         group=groups.get(s), n_vw=len(plan.virtual_workers),
         group_ranks=[layout.stage_rank(v, s) for v in range(len(plan.virtual_workers))],
-        fault=opts.fault_spec, rank=role.rank)
+        fault=opts.fault_spec, rank=role.rank, sdpipe=_group_sync_client(plan, layout, role, n_stages, record))
     if opts.checkpoint_dir:
         runner.checkpoint = _saver(opts.checkpoint_dir, role.rank, runner)
     actions = job.schedules()[vw].stages[s]
@@ -191,3 +204,4 @@ def _stage(job: Job, layout, role, graph, example, values, numel, shards, record
     record.versions = model.versions
     record.weights_bytes = model.numel * 4
     record.stash_peak_versions = model.peak_versions
+    record.final_weights = hashlib.sha256(model.flat().numpy().tobytes()).hexdigest()[:16]

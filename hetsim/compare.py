@@ -35,7 +35,7 @@ def percent_error(predicted: float | None, measured: float | None) -> float | No
 
 
 def compare_reports(prediction: Report, measurement: Report) -> list[Comparison]:
-    """Throughput, each GPU's compute and waiting per minibatch of its VW, and staleness."""
+    """Throughput, each GPU's compute and waiting per minibatch of its VW, staleness, and SDPipe's groups."""
     rows = [Comparison(metric="throughput samples/s", predicted=prediction.throughput["samples_per_s"],
                        measured=measurement.throughput["samples_per_s"])]
     for p, m in zip(prediction.virtual_workers, measurement.virtual_workers):
@@ -56,6 +56,11 @@ def compare_reports(prediction: Report, measurement: Report) -> list[Comparison]
                 rows.append(Comparison(metric=f"{scope} staleness {stat}",
                                        predicted=prediction.staleness[scope][stat],
                                        measured=measurement.staleness[scope][stat]))
+    if "group_size" in prediction.sync and "group_size" in measurement.sync:      # SDPipe's groups
+        rows.append(Comparison(metric="sdpipe mean group size", predicted=prediction.sync["group_size"]["mean"],
+                               measured=measurement.sync["group_size"]["mean"]))
+        rows.append(Comparison(metric="sdpipe connections", predicted=sum(prediction.sync["connections"]),
+                               measured=sum(measurement.sync["connections"])))
     return rows
 
 
