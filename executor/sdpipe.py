@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 from executor.record import RankRecord
-from executor.sdpipe_groups import Group, GroupFormer
+from hetsim.sdpipe_groups import Group, GroupFormer
 from hetsim.plan import SyncSpec
 
 __all__ = ["GroupScheduler", "GroupSyncClient", "ring_average"]

@@ -1,6 +1,6 @@
 """SDPipe's group scheduling for one stage index as pure state (PVLDB 16(9), 2023, §4): arrivals
-and clock readings in, groups out. The scheduler rank (executor.sdpipe) feeds it wall-clock times;
-tests feed it literal ones. It decides exactly as the simulator's hetsim.sim.sdpipe does:
+and clock readings in, groups out. The simulator (hetsim.sim.sdpipe) feeds it simulated times, the
+executor's scheduler rank (executor.sdpipe) wall-clock times, tests literal ones:
 
 - the first ready VW opens a waiting window of `wait_s`; the group is whoever is ready when it
   closes, or everyone still active as soon as all of them are ready;
