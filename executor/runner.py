@@ -15,6 +15,7 @@ import torch.distributed as dist
 
 from executor.data import SyntheticData
 from executor.emulation import Emulation
+from executor.pending import PendingSends
 from executor.record import RankRecord
 from executor.sdpipe import GroupSyncClient
 from executor.stage import StageModel
@@ -43,7 +44,7 @@ class StageRank:
         self.applied = 0                  # own minibatches whose updates are in the local weights
         self._received: dict[tuple[str, int], tuple[torch.Tensor, ...]] = {}
         self._outbox: dict[tuple[str, int], tuple[torch.Tensor, ...]] = {}
-        self._sends: list = []
+        self._sends = PendingSends()
         self._posted: dict[tuple[str, int], tuple] = {}    # (kind, mb) -> (src, tensors, irecv works)
         self._pending_recvs: deque[tuple[str, int]] = deque()
 
@@ -57,8 +58,7 @@ class StageRank:
                 _inject(self.fault[2])
             _HANDLERS[kind](self, index)
         self.rec.at("done")
-        for work in self._sends:
-            work.wait()
+        self._sends.wait_all()
         if self.wsp is not None:
             self.wsp.finish()
 
@@ -101,9 +101,8 @@ class StageRank:
 
     # point to point ------------------------------------------------------------------------------
     def _send(self, kind: str, mb: int, dst: int) -> None:
-        self._sends = [w for w in self._sends if not w.is_completed()]
         for j, tensor in enumerate(self._outbox.pop((kind, mb))):
-            self._sends.append(dist.isend(tensor.contiguous(), dst, tag=mb * 16 + j))
+            self._sends.add(dist.isend(tensor.contiguous(), dst, tag=mb * 16 + j))
 
     def _post_recvs(self) -> None:
         """Keep the next RECV_LOOKAHEAD receives posted, so a message travels as soon as it is sent

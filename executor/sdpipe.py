@@ -21,6 +21,7 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
+from executor.pending import PendingSends
 from executor.record import RankRecord
 from hetsim.sdpipe_groups import Group, GroupFormer
 from hetsim.plan import SyncSpec
@@ -38,7 +39,7 @@ class GroupScheduler:
         self.formers = [GroupFormer(stage=s, n_vw=n_vw, spec=spec, waves=waves) for s in range(n_stages)]
         self.n_vw, self.stage_rank, self.rec = n_vw, stage_rank, record
         self.waves, self.expected = waves, n_vw * n_stages * waves
-        self._sends: list = []
+        self._sends = PendingSends()
         self._where = {stage_rank(v, s): (v, s) for s in range(n_stages) for v in range(n_vw)}
 
     def serve(self) -> None:
@@ -56,8 +57,7 @@ class GroupScheduler:
         left = [f"stage {f.stage}: vw {sorted(f.ready)}" for f in self.formers if f.ready]
         if left:
             raise RuntimeError(f"sdpipe scheduler: groups never formed for {left}")
-        for w in self._sends:
-            w.wait()
+        self._sends.wait_all()
         self.rec.groups = [(g.stage, g.number, g.members, g.waves) for f in self.formers for g in f.groups]
         self.rec.connections = [f.connections for f in self.formers]
 
@@ -98,9 +98,8 @@ class GroupScheduler:
         reply = torch.full((2 + self.n_vw,), -1, dtype=torch.long)
         reply[0], reply[1] = group.number, len(group.members)
         reply[2:2 + len(group.members)] = torch.tensor(group.members)
-        self._sends = [w for w in self._sends if not w.is_completed()]
         for vw in group.members:
-            self._sends.append(dist.isend(reply, self.stage_rank(vw, group.stage), tag=_REPLY))
+            self._sends.add(dist.isend(reply, self.stage_rank(vw, group.stage), tag=_REPLY))
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,8 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
+from executor.pending import PendingSends
+
 __all__ = ["ParameterServer", "WspClient", "Span", "PUSH", "PULL"]
 
 PUSH, PULL = 0, 1
@@ -127,7 +129,7 @@ class WspClient:
         self.spans = [Span(r) for r in shard_ranges]
         self.updates: dict[int, torch.Tensor] = {}          # wave -> sum of own weight deltas (flat)
         self.version = 0                                     # global clock of the last pulled weights
-        self._pending: list = []
+        self._pending = PendingSends()
 
     def record(self, wave: int, deltas: list[torch.Tensor]) -> None:
         """Add one update's weight changes to its wave's flat sum, which a push then sends as it is
@@ -144,18 +146,17 @@ class WspClient:
     def push(self, wave: int) -> None:
         """Send the wave's aggregated update to every shard; does not wait (as in the simulator)."""
         update = self.updates.get(wave)
-        self._pending = [w for w in self._pending if not w.is_completed()]
         for rank, span in zip(self.ps_ranks, self.spans):
-            self._pending.append(dist.isend(torch.tensor([PUSH, self.vw, self.stage, wave]), rank, tag=_HEADER))
+            self._pending.add(dist.isend(torch.tensor([PUSH, self.vw, self.stage, wave]), rank, tag=_HEADER))
             if span.numel:                   # the wave is complete: nothing adds to `update` any more
                 payload = span.gather(update) if update is not None else torch.zeros(span.numel)
-                self._pending.append(dist.isend(payload, rank, tag=_PAYLOAD))
+                self._pending.add(dist.isend(payload, rank, tag=_PAYLOAD))
 
     def pull(self, wave: int, current: Callable[[], torch.Tensor], numel: int) -> tuple[torch.Tensor, int]:
         """Blocks until every shard answers; returns the new flat weights (a fresh tensor) and the
         global clock. `current()` gives the stage's flat weights, read only for parts no shard holds."""
         for rank in self.ps_ranks:
-            self._pending.append(dist.isend(torch.tensor([PULL, self.vw, self.stage, wave]), rank, tag=_HEADER))
+            self._pending.add(dist.isend(torch.tensor([PULL, self.vw, self.stage, wave]), rank, tag=_HEADER))
         whole = len(self.spans) == 1 and self.spans[0].covers(numel)
         new = None if whole else current()
         clocks, held = [], []
@@ -181,6 +182,4 @@ class WspClient:
         return (new if new is not None else torch.zeros(numel)), self.version
 
     def finish(self) -> None:
-        for work in self._pending:
-            work.wait()
-        self._pending = []
+        self._pending.wait_all()

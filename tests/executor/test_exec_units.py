@@ -105,3 +105,23 @@ def test_stash_gives_the_gradient_at_the_forward_weights_after_an_update():
     moved.forward(1, (x * 2,), y)
     moved.backward(1, None, need_input_grads=False)
     assert not torch.equal(moved.grads[1][0], stage.grads[1][0])
+
+
+def test_pending_sends_wait_for_the_oldest_beyond_the_limit():
+    from executor.pending import PendingSends
+
+    waited = []
+
+    class Work:
+        def __init__(self, i):
+            self.i = i
+
+        def wait(self):
+            waited.append(self.i)
+
+    sends = PendingSends(limit=3)
+    for i in range(5):
+        sends.add(Work(i))
+    assert waited == [0, 1] and len(sends) == 3          # never more than 3 tensors held
+    sends.wait_all()
+    assert waited == [0, 1, 2, 3, 4] and len(sends) == 0
