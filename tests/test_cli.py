@@ -38,6 +38,19 @@ def test_options_without_a_subcommand_mean_simulate(capsys):
     assert code == 0 and "throughput:" in out
 
 
+def test_sdpipe_groups_are_summarised_in_the_text_report(capsys, tmp_path):
+    plan = dict(PLAN, nm=1, virtual_workers=[{"name": "vw0", "stages": [{"gpu": "node0/gpu0", "layers": [0, 44]}]},
+                                       {"name": "vw1", "stages": [{"gpu": "node0/gpu1", "layers": [0, 44]}]}],
+                schedule="gpipe", sync={"mode": "sdpipe", "sdpipe_period": 1})
+    (tmp_path / "c.yaml").write_text(CLUSTER)
+    (tmp_path / "p.json").write_text(json.dumps(plan))
+    code, out, _ = run_cli(capsys, "simulate", "--cluster", str(tmp_path / "c.yaml"), "--profile",
+                           "vgg19_b32_analytic", "--plan", str(tmp_path / "p.json"), "--waves", "6")
+    # Period 1 is plain all-reduce: every wave one group of both pipelines, which connects them.
+    assert code == 0
+    assert "sdpipe groups (period 1): 6 formed, mean size 2.00 (size 2: 6); all pipelines connected 6 times" in out
+
+
 def test_out_writes_report_tables_trace_and_figures(capsys, tmp_path):
     code, out, _ = run_cli(capsys, "simulate", "--waves", "4", "--out", str(tmp_path))
     assert code == 0

@@ -97,6 +97,8 @@ def format_report(report: Report) -> str:
         lines.append(f"{g.id:<13}{g.type:<14}{g.vw:<6}{g.stage:>5}{f'{g.layers[0]}-{g.layers[1]}':>9}"
                      f"{g.busy_fraction:>7.0%}{mem:>15}{g.recv_wait_s:>12.2f}{g.sync_wait_s:>12.2f}")
     lines += ["", _staleness_line(report)]
+    if report.sync.get("mode") == "sdpipe" and "group_size" in report.sync:
+        lines.append(_sdpipe_line(report.sync))
     busiest = sorted(report.links, key=lambda l: -l.utilisation)[:4]
     lines.append("busiest links: " + ", ".join(f"{l.id} {l.utilisation:.0%}" for l in busiest))
     lines += [f"note: {n}" for n in report.notes]
@@ -110,3 +112,10 @@ def _staleness_line(report: Report) -> str:
         text += (f"; global staleness: max {s['global']['max']} clocks, mean {s['global']['mean']:.2f} "
                  f"(bound D + pull_offset = {s['global_bound']}); max clock gap {report.sync['max_clock_gap']}")
     return text
+
+
+def _sdpipe_line(sync: dict) -> str:
+    sizes = sync["group_size"]
+    histogram = ", ".join(f"size {size}: {n}" for size, n in sorted(sizes["histogram"].items(), key=lambda i: int(i[0])))
+    return (f"sdpipe groups (period {sync['period']}): {sync['groups']} formed, mean size {sizes['mean']:.2f} "
+            f"({histogram}); all pipelines connected {', '.join(map(str, sync['connections']))} times per stage")
