@@ -1,7 +1,8 @@
 """A stage rank replays its list of hetsim schedule actions; the simulator's twin is hetsim.sim.pipeline.
 
-Each action kind has a small handler. Sends are asynchronous (isend), receives block, as the
-simulator assumes; time spent blocked is recorded as waiting, forwards/backwards as compute.
+Each action kind has a small handler. Sends are asynchronous (isend); receives are posted ahead
+and RECV waits for its message, so a message travels as soon as it is sent, as the simulator
+assumes; time spent waiting is recorded as such, forwards/backwards as compute.
 """
 
 from __future__ import annotations

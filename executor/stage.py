@@ -1,9 +1,10 @@
 """One pipeline stage's model state: its layers, weights, optimiser, and stashed weight versions.
 
-Weights are plain tensors replaced (never modified in place) by every update, so a stashed version
-is just a reference to the tensors a forward used: the backward of that minibatch differentiates
-through the same tensors (PipeDream's weight stashing, SOSP'19 §3.3) at no copying cost, and the
-gradient is then applied to the newest weights. Flush schedules accumulate gradients over a wave and
+An update writes new tensors whenever a forward in flight still uses the current ones (and always
+under WSP, which needs the old ones for the change), so a stashed version is just a reference to the
+tensors a forward used: the backward of that minibatch differentiates through the same tensors
+(PipeDream's weight stashing, SOSP'19 §3.3) at no copying cost, and the gradient is then applied to
+the newest weights. With nothing in flight on the current weights an update works in place. Flush schedules accumulate gradients over a wave and
 take one step (GPipe / PipeDream-Flush).
 """
 
