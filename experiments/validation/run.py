@@ -96,8 +96,9 @@ def main(argv=None) -> int:
         load.append(os.getloadavg()[0])
         tqdm.write(f"{case.name}: predicted {rows[-1]['predicted_samples_s']} measured "
                    f"{rows[-1]['measured_samples_s']} samples/s ({rows[-1]['error_pct']:+.1f}%)")
-        if load_changed(measurement):
-            tqdm.write(f"  warning: {load_changed(measurement)}")
+        warning = load_changed(measurement)
+        if warning:
+            tqdm.write(f"  warning: {warning}")
     errors = [abs(r["error_pct"]) for r in rows]
     summary = {"plans": len(rows), "waves": waves, "median_abs_error_pct": statistics.median(errors),
                "max_abs_error_pct": max(errors), "targets": {"median": MEDIAN_TOL, "max": MAX_TOL},
