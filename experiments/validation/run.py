@@ -80,9 +80,11 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="five plans, 6 waves (what CI could run)")
     p.add_argument("--waves", type=int, default=None)
+    p.add_argument("--warmup-waves", type=int, default=None)
     p.add_argument("--out", default=str(RESULTS))
     args = p.parse_args(argv)
     waves = args.waves or (6 if args.quick else 14)
+    warmup = args.warmup_waves if args.warmup_waves is not None else 2
     chosen = [c for c in cases() if c.quick or not args.quick]
     from tqdm import tqdm
     # One profile for every plan (same model and minibatch): timed in CPU seconds, so other load on
@@ -91,7 +93,7 @@ def main(argv=None) -> int:
     rows, load = [], [os.getloadavg()[0]]
     for case in tqdm(chosen, desc="validation", unit="plan"):
         prediction, measurement = validate_plan(case.plan, model_kwargs=MODEL_KWARGS, waves=waves,
-                                                warmup_waves=2, slowdown=case.slowdown, profile=profile)
+                                                warmup_waves=warmup, slowdown=case.slowdown, profile=profile)
         rows.append(row(case, prediction, measurement))
         load.append(os.getloadavg()[0])
         tqdm.write(f"{case.name}: predicted {rows[-1]['predicted_samples_s']} measured "

@@ -70,16 +70,25 @@ def _backward(world, rec, sync, stage: Stage, mb: int):
         rec.minibatch_done(stage.vw)
 
 
-def _send(world: World, src: str, dst: str, nbytes: int, key: tuple) -> None:
-    world.transfer(src, dst, nbytes).callbacks.append(lambda _event: world.mailbox.put(key))
+def _send(world: World, src: str, dst: str, nbytes: int, key: tuple):
+    """Start the transfer; the stage goes on at once unless the send occupies it (World.send)."""
+    sent, delivered = world.send(src, dst, nbytes)
+    delivered.callbacks.append(lambda _event: world.mailbox.put(key))
+    if sent is not None:
+        return _until(sent)
+    return None
+
+
+def _until(event):
+    yield event
 
 
 def _send_f(world, rec, sync, stage: Stage, mb: int):
-    _send(world, stage.gpu, stage.next_gpu, stage.out_bytes, (stage.vw, stage.index + 1, "F", mb))
+    return _send(world, stage.gpu, stage.next_gpu, stage.out_bytes, (stage.vw, stage.index + 1, "F", mb))
 
 
 def _send_b(world, rec, sync, stage: Stage, mb: int):
-    _send(world, stage.gpu, stage.prev_gpu, stage.in_bytes, (stage.vw, stage.index - 1, "B", mb))
+    return _send(world, stage.gpu, stage.prev_gpu, stage.in_bytes, (stage.vw, stage.index - 1, "B", mb))
 
 
 def _recv(world: World, rec: Recorder, stage: Stage, key: tuple):

@@ -55,6 +55,21 @@ def test_one_transfer_alone_on_shared_cores_takes_bytes_over_bandwidth():
     assert b.throughput["minibatches_per_s"] == pytest.approx(1 / (0.060 + 2 * 0.008), rel=1e-6)
 
 
+@pytest.mark.parametrize("m", [1, 4])
+def test_a_rank_sharing_cores_is_busy_while_it_sends(m):
+    # gloo writes a message on the sending rank's thread (World.send), so with ample cores a GPipe
+    # wave is stage 0's m forwards each followed by its send, stage 1's last forward, stage 1's m
+    # backwards each followed by its send, and stage 0's last backward.
+    bandwidth, f, b, nbytes = 1e9, 0.010, 0.020, 8_000_000
+    c = nbytes / bandwidth
+    p = profile(2, f, b, out_bytes=nbytes)
+    pl = plan([["node0/gpu0", "node0/gpu1"]], [0, 1, 2], nm=m, schedule="gpipe")
+    report = run_simulation(cluster([2], intra_Bps=bandwidth, shared_cores=4), p, pl,
+                            SimOptions(waves=10, trace=False))
+    wave = m * (f + c) + f + m * (b + c) + b
+    assert report.throughput["minibatches_per_s"] == pytest.approx(m / wave, rel=1e-6)
+
+
 def test_a_process_moves_its_bytes_on_one_thread():
     # Two ranks exchanging in a ring step: each rank's one communication thread sends and receives,
     # so with ample cores a two-rank all-reduce takes twice what full-duplex links would give.
