@@ -27,7 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from suite import BATCH, MODEL, MODEL_KWARGS, cases  # noqa: E402
 
-from hetsim.cli.validate import cpu_time_profile, load_changed, validate_plan, work_rows  # noqa: E402
+from hetsim.cli.validate import (WARMUP_WAVES, WAVES, cpu_time_profile, load_changed,  # noqa: E402
+                                 validate_plan, work_rows)
 from hetsim.compare import compare_reports  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
@@ -78,13 +79,13 @@ def plot(rows: list[dict], path: Path) -> None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="five plans, 6 waves (what CI could run)")
+    p.add_argument("--quick", action="store_true", help="five plans, 10 waves, 4 of them warm-up")
     p.add_argument("--waves", type=int, default=None)
     p.add_argument("--warmup-waves", type=int, default=None)
     p.add_argument("--out", default=str(RESULTS))
     args = p.parse_args(argv)
-    waves = args.waves or (6 if args.quick else 14)
-    warmup = args.warmup_waves if args.warmup_waves is not None else 2
+    waves = args.waves or (10 if args.quick else WAVES)
+    warmup = args.warmup_waves if args.warmup_waves is not None else (4 if args.quick else WARMUP_WAVES)
     chosen = [c for c in cases() if c.quick or not args.quick]
     from tqdm import tqdm
     # One profile for every plan (same model and minibatch): timed in CPU seconds, so other load on
@@ -105,7 +106,7 @@ def main(argv=None) -> int:
     summary = {"plans": len(rows), "waves": waves, "median_abs_error_pct": statistics.median(errors),
                "max_abs_error_pct": max(errors), "targets": {"median": MEDIAN_TOL, "max": MAX_TOL},
                "host": {"cores": os.cpu_count(), "machine": platform.machine(), "load_avg_1min": load},
-               "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "quick": args.quick}
+               "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "warmup_waves": warmup, "quick": args.quick}
     write(rows, summary, Path(args.out), "validation_quick" if args.quick else "validation")
     ok = summary["median_abs_error_pct"] <= MEDIAN_TOL and summary["max_abs_error_pct"] <= MAX_TOL
     print(f"median |error| {summary['median_abs_error_pct']:.1f}% (target {MEDIAN_TOL}%), max "
