@@ -7,12 +7,6 @@ an 8-layer MLP 2048 wide took 89 ms in one executor rank and 121 ms in an identi
 merely imported its modules in another order. Training processes reach the reuse regime after a
 few steps anyway; pinning both thresholds puts the profiler and every executor rank there from the
 start, so a profile and the run it predicts time the same work. No effect off glibc.
-
-Blocks above glibc's largest mmap threshold (32 MiB: a parameter server's share of a model, a pulled
-weight vector) would still be mapped fresh and unmapped on every allocation, and each first touch of
-a fresh page is a page fault: cloning a 34 MB vector took 14.3 ms that way and 4.3 ms from the heap
-on this host (a VM, where faults are dear). So mmap is switched off too; only the main arena obeys
-that, and other threads' arenas still fall back to mmap for blocks they cannot hold.
 """
 
 from __future__ import annotations
@@ -23,14 +17,14 @@ import functools
 
 __all__ = ["steady_allocator"]
 
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_MMAP_MAX = -1, -3, -4
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 _MMAP_MAX = 32 << 20            # glibc's ceiling for the mmap threshold on 64-bit hosts
 _TRIM = 1 << 30
 
 
 @functools.cache
 def steady_allocator() -> bool:
-    """Pin malloc's mmap and trim thresholds and switch mmap off for this process; True when it took effect."""
+    """Pin malloc's mmap and trim thresholds for this process; True when it took effect."""
     name = ctypes.util.find_library("c")
     if name is None:
         return False
@@ -39,5 +33,4 @@ def steady_allocator() -> bool:
         mallopt = libc.mallopt
     except (OSError, AttributeError):
         return False
-    return (bool(mallopt(_M_MMAP_THRESHOLD, _MMAP_MAX)) and bool(mallopt(_M_TRIM_THRESHOLD, _TRIM))
-            and bool(mallopt(_M_MMAP_MAX, 0)))
+    return bool(mallopt(_M_MMAP_THRESHOLD, _MMAP_MAX)) and bool(mallopt(_M_TRIM_THRESHOLD, _TRIM))
