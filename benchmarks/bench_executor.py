@@ -1,11 +1,12 @@
 """This executor vs torch.distributed.pipelining (ScheduleGPipe, Schedule1F1B) on CPU with gloo.
 
 Same model (modelzoo mlp, 8 hidden layers of 512), same partition (balanced cuts), same microbatch
-count and size, SGD with momentum, one torch thread per rank. A pipelining step is one minibatch of
+count and size, SGD with momentum, one torch thread per rank, the same malloc settings
+(modelzoo.allocator). A pipelining step is one minibatch of
 Nm microbatches and one optimiser step: our flush schedules' wave (gpipe <-> ScheduleGPipe,
 1f1b-flush <-> Schedule1F1B). Both are timed after warm-up steps, in samples per second.
 
-    python benchmarks/bench_executor.py [--steps 30] [--warmup 3] [--repeats 3]
+    python benchmarks/bench_executor.py [--steps 30] [--warmup 10] [--repeats 3]
 
 Each case runs ours and theirs alternately `repeats` times; the table gives medians. Prints a table;
 asserts nothing. Timings on a shared host are noisy: compare within one run.
@@ -48,6 +49,9 @@ def ours(n_stages: int, nm: int, schedule: str, steps: int, warmup: int) -> floa
 
 def _theirs_rank(rank: int, world: int, schedule: str, nm: int, steps: int, warmup: int, tmp: str) -> None:
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+    from modelzoo.allocator import steady_allocator
+    steady_allocator()                        # the malloc settings our ranks run with, for a like comparison
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{tmp}/store", rank=rank, world_size=world,
                             timeout=timedelta(seconds=120))
@@ -91,7 +95,7 @@ def theirs(n_stages: int, nm: int, schedule: str, steps: int, warmup: int) -> fl
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=30)
-    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--repeats", type=int, default=3)
     args = p.parse_args(argv)
     print(f"host: {os.cpu_count()} cores, 1-min load average {os.getloadavg()[0]:.1f}; mlp {KWARGS}, "
