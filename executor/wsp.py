@@ -77,9 +77,9 @@ class ParameterServer:
         self.pushes = {key: 0 for key in stage_index}
         self._arrived: dict[tuple[int, int], int] = {}
         self._waiting: list[tuple[int, int, int]] = []      # (clock needed, rank, wave)
-        # One receive buffer per stage, reused: a fresh one per push (a stage's whole update, often
-        # above malloc's mmap threshold) would be mapped and faulted in anew every wave.
-        self._inbox = {key: torch.empty(span.numel) for key, (_, span) in stage_index.items()}
+        # One receive buffer, reused: a fresh one per push (a stage's whole update, often above
+        # malloc's mmap threshold) would be mapped and faulted in anew every wave.
+        self._inbox = torch.empty(max((span.numel for _, span in stage_index.values()), default=0))
 
     @property
     def c_global(self) -> int:
@@ -102,7 +102,7 @@ class ParameterServer:
     def _push(self, src: int, vw: int, stage: int, wave: int) -> None:
         _, span = self.stage_index[(vw, stage)]
         if span.numel:
-            update = self._inbox[(vw, stage)]
+            update = self._inbox[:span.numel]
             dist.recv(update, src=src, tag=_PAYLOAD)
             span.add_(self.weights, update)
         self.pushes[(vw, stage)] += 1

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from suite import BATCH, MODEL, MODEL_KWARGS, cases  # noqa: E402
 
-from hetsim.cli.validate import (WARMUP_WAVES, WAVES, cpu_time_profile, load_changed,  # noqa: E402
+from hetsim.cli.validate import (WAVES, cpu_time_profile, default_warmup, load_changed,  # noqa: E402
                                  validate_plan, work_rows)
 from hetsim.compare import compare_reports  # noqa: E402
 
@@ -60,7 +60,7 @@ def row(case, prediction, measurement) -> dict:
 def _median_run(runs: list[tuple[dict, str | None]]) -> dict:
     """Of several runs of one plan, the one whose error is the median, with the range of all errors."""
     ordered = sorted((r for r, _ in runs), key=lambda r: r["error_pct"])
-    out = dict(ordered[(len(ordered) - 1) // 2])
+    out = dict(ordered[(len(ordered) - 1) // 2])      # of an even number, the lower middle one
     if len(ordered) > 1:
         out["error_range_pct"] = f"{ordered[0]['error_pct']:+.1f}..{ordered[-1]['error_pct']:+.1f}"
     return out
@@ -97,7 +97,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=str(RESULTS))
     args = p.parse_args(argv)
     waves = args.waves or (10 if args.quick else WAVES)
-    warmup = args.warmup_waves if args.warmup_waves is not None else (4 if args.quick else WARMUP_WAVES)
+    warmup = args.warmup_waves if args.warmup_waves is not None else default_warmup(waves)
     chosen = [c for c in cases() if c.quick or not args.quick]
     from tqdm import tqdm
     # One profile for every plan (same model and minibatch): timed in CPU seconds, so other load on

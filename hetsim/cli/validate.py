@@ -20,11 +20,16 @@ from hetsim.plan import Plan, StageSpec, VirtualWorker
 from hetsim.profile import ModelProfile
 
 __all__ = ["add_arguments", "run", "host_cluster", "onto_host", "with_optimizer_costs", "validate_plan",
-           "available_cores", "cpu_time_profile", "load_changed"]
+           "available_cores", "cpu_time_profile", "load_changed", "default_warmup"]
 
 # A measured window after the ranks' memory has settled: with 2 warm-up waves of 14, the first touches of
 # the heap's pages still cost up to 15% more CPU per minibatch than the profile's steady state.
 WAVES, WARMUP_WAVES = 30, 12
+
+
+def default_warmup(waves: int) -> int:
+    """WARMUP_WAVES, or 2/5 of a shorter run (so that `--waves 10` alone still has a window)."""
+    return min(WARMUP_WAVES, 2 * waves // 5)
 LOAD_TOLERANCE = 0.2                  # cores; beyond this the host's load changed during a run
 CPU_TYPE = GpuType(name="cpu", display_name="CPU rank", memory_bytes=4 * GIB, memory_bandwidth_Bps=1e10,
                    peak_fp32_flops=5e10, peak_fp16_flops=5e10,
@@ -37,9 +42,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model-arg", action="append", default=[], metavar="NAME=INT",
                    help="model constructor argument, e.g. hidden=1024 (repeatable)")
     p.add_argument("--waves", type=int, default=WAVES, help=f"waves per VW, simulated and executed (default {WAVES})")
-    p.add_argument("--warmup-waves", type=int, default=WARMUP_WAVES,
-                   help=f"waves left out of the window (default {WARMUP_WAVES}: a fresh rank spends its first "
-                        "waves faulting in memory its later waves reuse, which the profile does not time)")
+    p.add_argument("--warmup-waves", type=int, default=None,
+                   help=f"waves left out of the window (default {WARMUP_WAVES}, at most 2/5 of --waves: a fresh "
+                        "rank spends its first waves faulting in memory its later waves reuse, which the profile "
+                        "does not time)")
     p.add_argument("--slowdown", action="append", default=[], metavar="GPU=FACTOR",
                    help="EMULATED slowdown of a plan GPU, simulated and executed (busy-wait), repeatable")
     p.add_argument("--cores", type=float, default=None,
@@ -186,6 +192,8 @@ def run(args: argparse.Namespace) -> int:
     if args.cores is not None and args.cores <= 0:
         raise HetsimError(f"--cores: must be > 0, got {args.cores}")
     args.cores = args.cores or available_cores()
+    if args.warmup_waves is None:
+        args.warmup_waves = default_warmup(args.waves)
     prediction, measurement = validate_plan(
         plan, model=args.model, model_kwargs=model_kwargs(args.model_arg), waves=args.waves,
         warmup_waves=args.warmup_waves, slowdown=_slowdowns(args.slowdown), cores=args.cores,

@@ -41,7 +41,10 @@ class WaveSync:
         return events
 
     def push(self, stage: Stage, wave: int) -> None:
-        """Send this stage's share of the wave's aggregated update; the stage does not wait."""
+        """Send this stage's share of the wave's aggregated update; the stage does not wait. (Unlike
+        a pipeline send, the push does not occupy a rank sharing cores: the server posts its receive
+        only after the push's header arrives, so gloo's isend returns at once and its own thread
+        writes the update later.)"""
         self.rec.staleness_global.append((stage.vw, stage.index, wave, stage.version, wave - stage.version))
         landed = self.world.env.all_of(self._transfers(stage, to_ps=True))
         landed.callbacks.append(lambda _event: self._landed(stage.vw, wave))

@@ -70,3 +70,10 @@ def test_a_change_of_host_load_during_a_run_is_flagged():
     loaded = SimpleNamespace(training={"cores_available": {"before": 1.99, "after": 1.2}})
     assert load_changed(steady) is None
     assert "1.99 before, 1.2 after" in load_changed(loaded)
+
+
+def test_default_warmup_leaves_a_window_for_short_runs():
+    from hetsim.cli.validate import WARMUP_WAVES, default_warmup
+    assert default_warmup(30) == WARMUP_WAVES == 12
+    assert default_warmup(10) == 4            # `hetsim validate --waves 10` alone still measures 6 waves
+    assert all(0 <= default_warmup(w) < w for w in range(1, 60))
