@@ -8,7 +8,8 @@ and write a table and a predicted-vs-measured plot under experiments/results/.
 Before every run of a plan the model is profiled (per-layer CPU seconds, 15 passes, about 1.5 s) and
 the cores our processes get (the host's, minus other load) and gloo's latency and bandwidth are
 measured, so the prediction describes the host as that run finds it: this VM's speed drifts by up to
-10% over minutes, and one profile for the whole suite once put every later plan 6-8 points off.
+10% over minutes, and one profile for the whole suite once made most plans up to 12 points more
+optimistic.
 Target: median |throughput error| <= 5%, max <= 10%. The script reports whether it was met and exits
 1 if not, after writing its results. Timings depend on the host being otherwise idle.
 """
@@ -97,7 +98,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=str(RESULTS))
     args = p.parse_args(argv)
     waves = args.waves or (10 if args.quick else WAVES)
-    warmup = args.warmup_waves if args.warmup_waves is not None else default_warmup(waves)
+    warmup = default_warmup(waves) if args.warmup_waves is None else args.warmup_waves
     chosen = [c for c in cases() if c.quick or not args.quick]
     from tqdm import tqdm
     rows, load = [], [os.getloadavg()[0]]

@@ -125,18 +125,20 @@ def cpu_time_profile(model: str, batch: int, repeats: int, model_kwargs: dict) -
 
 
 def validate_plan(plan: Plan, *, model: str | None = None, model_kwargs: dict | None = None, waves: int = WAVES,
-                  warmup_waves: int = WARMUP_WAVES, slowdown: dict[str, float] | None = None, cores: int | None = None,
+                  warmup_waves: int | None = None, slowdown: dict[str, float] | None = None, cores: int | None = None,
                   link_Bps: float | None = None, latency_s: float | None = None, seed: int = 0,
                   profile_repeats: int = 5,
                   profile: ModelProfile | None = None):
     """(prediction, measurement) of one plan on this host, from a profile measured here and now
-    (or `profile`, measured earlier on this host at the plan's minibatch size)."""
+    (or `profile`, measured earlier on this host at the plan's minibatch size). `warmup_waves`
+    defaults to `default_warmup(waves)`."""
     import hetsim
     from executor import ExecOptions, launch
     from executor.calibrate import optimizer_seconds
 
     plan, names = onto_host(plan)
     model = model or plan.model
+    warmup_waves = default_warmup(waves) if warmup_waves is None else warmup_waves
     slowdown = {names.get(g, g): f for g, f in (slowdown or {}).items()}
     if link_Bps is None or latency_s is None:
         from executor.calibrate import link_speed
@@ -192,15 +194,13 @@ def run(args: argparse.Namespace) -> int:
     if args.cores is not None and args.cores <= 0:
         raise HetsimError(f"--cores: must be > 0, got {args.cores}")
     args.cores = args.cores or available_cores()
-    if args.warmup_waves is None:
-        args.warmup_waves = default_warmup(args.waves)
     prediction, measurement = validate_plan(
         plan, model=args.model, model_kwargs=model_kwargs(args.model_arg), waves=args.waves,
         warmup_waves=args.warmup_waves, slowdown=_slowdowns(args.slowdown), cores=args.cores,
         link_Bps=args.link_GBps * 1e9 if args.link_GBps else None,
         latency_s=args.latency_us * 1e-6 if args.latency_us is not None else None, seed=args.seed)
     print(f"validate: plan {plan.name} on this host ({args.cores} of {os.cpu_count()} cores available, shared by "
-          f"{len(measurement.gpus)} stage ranks), {args.waves} waves, {args.warmup_waves} warm-up")
+          f"{len(measurement.gpus)} stage ranks), {args.waves} waves, {measurement.settings['warmup_waves']} warm-up")
     print(format_comparison(compare_reports(prediction, measurement) + work_rows(measurement)))
     for note in measurement.notes[1:]:
         print(f"note: {note}")
