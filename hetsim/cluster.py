@@ -47,6 +47,9 @@ class Node:
     intra_link: LinkSpec
     # When set, the node's devices are processes sharing this many CPU cores (see README, executor).
     shared_cores: int | None = None
+    # With shared_cores: compute there costs this many times its profiled CPU work, because the
+    # processes evict each other's data from the per-core caches (executor.colocation measures it).
+    colocated_work: float = 1.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,7 +110,7 @@ def load_cluster(path: str | Path, gpu_types: dict[str, GpuType] | None = None) 
 
 
 def _node(f: Fields, types: dict[str, GpuType]) -> Node:
-    f.reject_unknown({"name", "gpus", "intra_link", "shared_cores"})
+    f.reject_unknown({"name", "gpus", "intra_link", "shared_cores", "colocated_work"})
     name = f.text("name")
     if "/" in name:
         raise f.error("name", f"{name!r} must not contain '/'")
@@ -123,7 +126,11 @@ def _node(f: Fields, types: dict[str, GpuType]) -> Node:
             idx = len(slots)
             slots.append(GpuSlot(id=f"{name}/gpu{idx}", node=name, index=idx, type=types[type_name]))
     cores = f.number("shared_cores", None, positive=True, integer=True)
-    return Node(name=name, gpus=tuple(slots), intra_link=_link(f.sub("intra_link")), shared_cores=cores)
+    colocated = f.number("colocated_work", 1.0, positive=True)
+    if colocated != 1.0 and cores is None:
+        raise f.error("colocated_work", "applies to processes sharing cores; set shared_cores too")
+    return Node(name=name, gpus=tuple(slots), intra_link=_link(f.sub("intra_link")), shared_cores=cores,
+                colocated_work=colocated)
 
 
 def _link(f: Fields) -> LinkSpec:

@@ -28,14 +28,15 @@ def gpu_type(name: str = "test-gpu", memory_gib: float = 16.0) -> GpuType:
 
 
 def cluster(gpus_per_node: list[int], *, intra_Bps: float = 1e18, net_Bps: float = 1e18,
-            latency_s: float = 0.0, types: list[GpuType] | None = None, shared_cores=None) -> Cluster:
+            latency_s: float = 0.0, types: list[GpuType] | None = None, shared_cores=None,
+            colocated_work: float = 1.0) -> Cluster:
     """Nodes node0.. with the given GPU counts; node i uses types[i] (default one test type)."""
     nodes = []
     for i, count in enumerate(gpus_per_node):
         t = types[i] if types else gpu_type()
         name = f"node{i}"
         slots = tuple(GpuSlot(id=f"{name}/gpu{j}", node=name, index=j, type=t) for j in range(count))
-        nodes.append(Node(name=name, gpus=slots, shared_cores=shared_cores,
+        nodes.append(Node(name=name, gpus=slots, shared_cores=shared_cores, colocated_work=colocated_work,
                           intra_link=LinkSpec(kind="pcie", bandwidth_Bps=intra_Bps, latency_s=latency_s)))
     return Cluster(name="test", nodes=tuple(nodes), ps_nodes=tuple(n.name for n in nodes),
                    network=LinkSpec(kind="ethernet", bandwidth_Bps=net_Bps, latency_s=latency_s))

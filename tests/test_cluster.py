@@ -63,6 +63,16 @@ def test_bad_cluster_files_name_the_file_and_field(tmp_path, edit, message):
     assert "\n" not in str(err.value)
 
 
+def test_colocated_work_is_read_for_nodes_sharing_cores(tmp_path):
+    text = GOOD.replace("    intra_link: {kind: nvlink", "    shared_cores: 2\n    colocated_work: 1.1\n    intra_link: {kind: nvlink")
+    c = load_cluster(write(tmp_path, text))
+    assert c.node("b").colocated_work == 1.1 and c.node("a").colocated_work == 1.0
+    with pytest.raises(SpecError, match=r"nodes\[1\]\.colocated_work: must be > 0, got 0"):
+        load_cluster(write(tmp_path, text.replace("colocated_work: 1.1", "colocated_work: 0")))
+    with pytest.raises(SpecError, match=r"nodes\[1\]\.colocated_work: applies to processes sharing cores"):
+        load_cluster(write(tmp_path, text.replace("    shared_cores: 2\n", "")))
+
+
 def test_invalid_yaml_names_the_line(tmp_path):
     with pytest.raises(SpecError, match=r"cluster.yaml: line \d+"):
         load_cluster(write(tmp_path, "name: [unclosed\n"))

@@ -46,6 +46,7 @@ def row(case, prediction, measurement) -> dict:
            "slowdown": " ".join(f"{g}x{f}" for g, f in sorted(case.slowdown.items())),
            "cores_available": prediction.cluster.split("_")[2],
            "latency_us": prediction.cluster.split("_")[4][:-2],
+           "colocated_work": measurement.training["colocated_work"],
            "cores_after": measurement.training["cores_available"]["after"],
            "predicted_samples_s": round(tp.predicted, 1), "measured_samples_s": round(tp.measured, 1),
            "error_pct": round(tp.error_pct, 1)}

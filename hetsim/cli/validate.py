@@ -50,6 +50,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="EMULATED slowdown of a plan GPU, simulated and executed (busy-wait), repeatable")
     p.add_argument("--cores", type=float, default=None,
                    help="cores the ranks share (default: measured, the host's cores minus other load)")
+    p.add_argument("--colocated-work", type=float, default=None, metavar="FACTOR",
+                   help="CPU work of the stages run together over run alone (default: measured, "
+                        "executor.colocation; 1.0 for one stage rank)")
     p.add_argument("--link-GBps", type=float, default=None, help="gloo loopback bandwidth (default: measured)")
     p.add_argument("--latency-us", type=float, default=None, help="gloo message latency (default: measured)")
     p.add_argument("--seed", type=int, default=0)
@@ -77,13 +80,16 @@ def available_cores(seconds: float = 1.0) -> float:
     return round(cpu / seconds, 2)
 
 
-def host_cluster(n_ranks: int, cores: float, link_Bps: float, latency_s: float) -> Cluster:
+def host_cluster(n_ranks: int, cores: float, link_Bps: float, latency_s: float,
+                 colocated_work: float = 1.0) -> Cluster:
     """This machine: one node with `n_ranks` CPU rank slots host/gpu0.. sharing `cores` cores, linked
-    by gloo over loopback with the given bandwidth and per-message latency."""
+    by gloo over loopback with the given bandwidth and per-message latency; compute costs
+    `colocated_work` times its profiled CPU work there (see executor.colocation)."""
     slots = tuple(GpuSlot(id=f"host/gpu{i}", node="host", index=i, type=CPU_TYPE) for i in range(n_ranks))
     link = LinkSpec(kind="loopback", bandwidth_Bps=link_Bps, latency_s=latency_s)
-    return Cluster(name=f"this_host_{cores}_cores_{latency_s * 1e6:.0f}us", nodes=(Node(name="host", gpus=slots, intra_link=link,
-                                                                 shared_cores=cores),),
+    name = f"this_host_{cores}_cores_{latency_s * 1e6:.0f}us_work_x{colocated_work:.3f}"
+    return Cluster(name=name, nodes=(Node(name="host", gpus=slots, intra_link=link, shared_cores=cores,
+                                          colocated_work=colocated_work),),
                    network=link, ps_nodes=("host",), description="this host; devices are executor ranks")
 
 
@@ -127,11 +133,12 @@ def cpu_time_profile(model: str, batch: int, repeats: int, model_kwargs: dict) -
 def validate_plan(plan: Plan, *, model: str | None = None, model_kwargs: dict | None = None, waves: int = WAVES,
                   warmup_waves: int | None = None, slowdown: dict[str, float] | None = None, cores: int | None = None,
                   link_Bps: float | None = None, latency_s: float | None = None, seed: int = 0,
-                  profile_repeats: int = 5,
+                  profile_repeats: int = 5, colocated_work: float | None = None,
                   profile: ModelProfile | None = None):
     """(prediction, measurement) of one plan on this host, from a profile measured here and now
     (or `profile`, measured earlier on this host at the plan's minibatch size). `warmup_waves`
-    defaults to `default_warmup(waves)`."""
+    defaults to `default_warmup(waves)`; `colocated_work` to the factor measured now for the plan's
+    stages (executor.colocation; 1.0 for one stage rank)."""
     import hetsim
     from executor import ExecOptions, launch
     from executor.calibrate import optimizer_seconds
@@ -144,7 +151,13 @@ def validate_plan(plan: Plan, *, model: str | None = None, model_kwargs: dict | 
         from executor.calibrate import link_speed
         measured_latency, measured_Bps = link_speed()
         link_Bps, latency_s = link_Bps or measured_Bps, latency_s if latency_s is not None else measured_latency
-    cluster = host_cluster(len(names), cores or available_cores(), link_Bps, latency_s)
+    if colocated_work is None:
+        from executor.colocation import colocation_factor
+        stages = [s for vw in plan.virtual_workers for s in vw.stages]
+        colocated_work = colocation_factor(model, [s.layers for s in stages], batch=plan.minibatch_size,
+                                           model_kwargs=model_kwargs,
+                                           slowdowns=[slowdown.get(s.gpu, 1.0) for s in stages])
+    cluster = host_cluster(len(names), cores or available_cores(), link_Bps, latency_s, round(colocated_work, 3))
     if profile is None:
         profile = cpu_time_profile(model, plan.minibatch_size, profile_repeats, model_kwargs or {})
     extra = optimizer_seconds(model, schedule=plan.schedule, nm=plan.nm, wsp=plan.sync.mode == "wsp",
@@ -156,10 +169,11 @@ def validate_plan(plan: Plan, *, model: str | None = None, model_kwargs: dict | 
                          options=ExecOptions(waves=waves, warmup_waves=warmup_waves, seed=seed,
                                              slowdown=slowdown, data="random"))
     measurement.training["predicted_work_s_per_minibatch"] = {
-        s.gpu: sum(profile.stage_times("cpu", *s.layers))
+        s.gpu: sum(profile.stage_times("cpu", *s.layers)) * cluster.nodes[0].colocated_work
         for vw in plan.virtual_workers for s in vw.stages}
     # Load that came or went during the run is not in the prediction: measure again to tell.
     measurement.training["cores_available"] = {"before": cluster.nodes[0].shared_cores, "after": available_cores()}
+    measurement.training["colocated_work"] = cluster.nodes[0].colocated_work
     return prediction, measurement
 
 
@@ -194,13 +208,16 @@ def run(args: argparse.Namespace) -> int:
     if args.cores is not None and args.cores <= 0:
         raise HetsimError(f"--cores: must be > 0, got {args.cores}")
     args.cores = args.cores or available_cores()
+    if args.colocated_work is not None and args.colocated_work <= 0:
+        raise HetsimError(f"--colocated-work: must be > 0, got {args.colocated_work}")
     prediction, measurement = validate_plan(
         plan, model=args.model, model_kwargs=model_kwargs(args.model_arg), waves=args.waves,
         warmup_waves=args.warmup_waves, slowdown=_slowdowns(args.slowdown), cores=args.cores,
         link_Bps=args.link_GBps * 1e9 if args.link_GBps else None,
-        latency_s=args.latency_us * 1e-6 if args.latency_us is not None else None, seed=args.seed)
+        latency_s=args.latency_us * 1e-6 if args.latency_us is not None else None, seed=args.seed,
+        colocated_work=args.colocated_work)
     print(f"validate: plan {plan.name} on this host ({args.cores} of {os.cpu_count()} cores available, shared by "
-          f"{len(measurement.gpus)} stage ranks), {args.waves} waves, {measurement.settings['warmup_waves']} warm-up")
+          f"{len(measurement.gpus)} stage ranks, compute x{measurement.training['colocated_work']} co-located), {args.waves} waves, {measurement.settings['warmup_waves']} warm-up")
     print(format_comparison(compare_reports(prediction, measurement) + work_rows(measurement)))
     for note in measurement.notes[1:]:
         print(f"note: {note}")

@@ -36,7 +36,7 @@ def build_report(world: World, rec: Recorder, plan: Plan, cluster: Cluster, prof
         throughput={"minibatches_per_s": rate, "samples_per_s": rate * plan.minibatch_size},
         virtual_workers=vws, gpus=_gpus(world, plan, memory, stages, start, end, span),
         links=_links(world, start, end, span), staleness=_staleness(rec, plan, memory),
-        sync=_sync(rec, plan, sync, start, end), notes=_notes(profile, options),
+        sync=_sync(rec, plan, sync, start, end), notes=_notes(profile, options, cluster),
         staleness_local=rec.staleness_local, staleness_global=rec.staleness_global)
 
 
@@ -102,8 +102,12 @@ def _sync(rec: Recorder, plan: Plan, sync, start, end) -> dict:
     return out
 
 
-def _notes(profile: ModelProfile, options) -> list[str]:
+def _notes(profile: ModelProfile, options, cluster: Cluster) -> list[str]:
     notes = [f"profile: {profile.source}"]
+    for node in cluster.nodes:
+        if node.shared_cores and node.colocated_work != 1.0:
+            notes.append(f"node {node.name}: compute costs x{node.colocated_work:.3f} its profiled CPU work "
+                         f"(processes sharing {node.shared_cores} cores, measured co-located)")
     if options.slowdown:
         notes.append("slowdown factors applied: " + ", ".join(f"{g} x{f}" for g, f in sorted(options.slowdown.items())))
     if options.jitter_cv:

@@ -50,7 +50,8 @@ class Meter:
 
 
 class Device:
-    """One GPU (or CPU rank): runs compute for profiled seconds x slowdown x seeded jitter."""
+    """One GPU (or CPU rank): runs compute for profiled seconds x slowdown x seeded jitter (and, for a
+    process sharing a node's cores, x the node's colocated_work)."""
 
     def __init__(self, world: "World", slot: GpuSlot, *, slowdown: float, jitter_cv: float,
                  straggler_prob: float, straggler_delay_s: float, rng: np.random.Generator):
@@ -62,6 +63,8 @@ class Device:
         self._rng = rng
         node = world.cluster.node(slot.node)
         self._cores = f"{slot.node}:cores" if node.shared_cores else None
+        if self._cores:
+            self.slowdown *= node.colocated_work
         self.compute = Meter()
         self.recv_wait = Meter()
         self.sync_wait = Meter()

@@ -51,6 +51,20 @@ def test_host_cluster_shares_its_cores():
     cluster = host_cluster(3, 1.5, 2e9, 5e-5)
     assert [g.id for g in cluster.gpus] == ["host/gpu0", "host/gpu1", "host/gpu2"]
     assert cluster.nodes[0].shared_cores == 1.5
+    assert cluster.nodes[0].colocated_work == 1.0
+    assert host_cluster(2, 2, 2e9, 5e-5, 1.08).nodes[0].colocated_work == 1.08
+
+
+def test_colocation_factor_compares_the_stages_together_with_each_alone():
+    from executor.colocation import colocation_factor
+    assert colocation_factor("mlp", [(0, 5)], batch=8) == 1.0          # one process shares nothing
+    with pytest.raises(ValueError, match="seconds must be > 0 and rounds >= 1"):
+        colocation_factor("mlp", [(0, 2), (2, 5)], batch=8, seconds=0)
+    # Two small stages on this host: the probe runs and gives CPU work together over alone, which a
+    # broken probe (a stage doing nothing, work counted twice) would put far from 1.
+    factor = colocation_factor("mlp", [(0, 4), (4, 9)], batch=32, model_kwargs={"hidden": 128, "depth": 4},
+                               slowdowns=[1.0, 1.5], seconds=0.2)
+    assert 0.7 < factor < 1.6
 
 
 def test_optimizer_costs_are_added_to_each_layers_backward():

@@ -42,6 +42,18 @@ def test_ranks_sharing_cores_move_bytes_with_those_cores(n):
     assert report.throughput["minibatches_per_s"] == pytest.approx(n * m / period, rel=1e-6)
 
 
+@pytest.mark.parametrize("factor", [1.0, 1.25])
+def test_colocated_work_scales_compute_of_ranks_sharing_cores(factor):
+    # Four stages on two cores, no transfers: the cores are the bottleneck, so a minibatch takes all
+    # four stages' work, times the co-location factor, over two cores. GPU nodes ignore the factor.
+    p = profile(4, 0.010, 0.020)
+    pl = plan([[f"node0/gpu{i}" for i in range(4)]], [0, 1, 2, 3, 4], nm=4, schedule="1f1b")
+    shared = run_simulation(cluster([4], shared_cores=2, colocated_work=factor), p, pl,
+                            SimOptions(waves=40, warmup_waves=10, trace=False))
+    assert shared.throughput["minibatches_per_s"] == pytest.approx(2 / (4 * 0.030 * factor), rel=0.02)
+    assert any("x1.250 its profiled" in n for n in shared.notes) == (factor != 1.0)
+
+
 def test_one_transfer_alone_on_shared_cores_takes_bytes_over_bandwidth():
     # One minibatch at a time through two stages: activations and gradients never overlap, and with
     # ample cores each copy runs at the link's bandwidth, so sharing cores changes nothing.

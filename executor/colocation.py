@@ -1,0 +1,115 @@
+"""How much more CPU work a plan's stages do when their processes share the host at once.
+
+A profile times each layer in a process alone on the host. The executor runs one process per rank,
+and processes sharing a machine evict each other's weights and activations from the per-core caches
+and share its memory bandwidth, so the same forward and backward cost more CPU seconds (measured
+here: four stages of an 8-layer MLP 1024 wide, 4 processes on 2 cores, 8-11% more; two stages on
+2 cores, under 1%). Time-slicing cannot hide that cost: it is work, not waiting.
+
+`colocation_factor` measures it for one plan's stages: one process per stage rank, each looping
+its stage's forward, update and backward (the executor's own StageModel, one minibatch in flight, as
+1F1B keeps it; a rank with an emulated slowdown spins after each step as the executor's does, and a
+spinning rank evicts little), first each alone in turn and then all at once, twice over; the factor
+is the CPU seconds of the loops together over the same loops alone. The host's speed drifts by a few
+percent over seconds, so the two rounds' phases interleave and the factor is their mean. hetsim's simulator multiplies compute on a node's shared
+cores by it (`Node.colocated_work`). It is measured like the profile, before the run it predicts,
+and never from the run itself.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+__all__ = ["colocation_factor"]
+
+
+def colocation_factor(model: str, stages: list[tuple[int, int]], *, batch: int, model_kwargs: dict | None = None,
+                      slowdowns: list[float] | None = None, seconds: float = 0.6, rounds: int = 2) -> float:
+    """CPU work of `stages` ([lo, hi) layer ranges, one process each, with their emulated
+    `slowdowns`) run together over run alone. Takes about rounds x (len(stages) + 2) x `seconds`
+    plus process start-up; 1.0 for one stage."""
+    if len(stages) < 2:
+        return 1.0
+    if seconds <= 0 or rounds < 1:
+        raise ValueError(f"seconds must be > 0 and rounds >= 1, got {seconds} and {rounds}")
+    slowdowns = slowdowns or [1.0] * len(stages)
+    import torch.multiprocessing as mp
+    ctx = mp.get_context("spawn")
+    barrier, out = ctx.Barrier(len(stages)), ctx.Queue()
+    procs = [ctx.Process(target=_probe, args=(i, model, lo, hi, batch, dict(model_kwargs or {}), slowdowns[i],
+                                              seconds, rounds, barrier, out))
+             for i, (lo, hi) in enumerate(stages)]
+    for p in procs:
+        p.start()
+    results = [out.get(timeout=300) for _ in procs]
+    for p in procs:
+        p.join()
+    ratios = [sum(r[k][1] for r in results) / sum(r[k][0] for r in results) for k in range(rounds)]
+    return statistics.fmean(ratios)
+
+
+def _probe(i: int, model: str, lo: int, hi: int, batch: int, model_kwargs: dict, slowdown: float,
+           seconds: float, rounds: int, barrier, out) -> None:
+    from executor.emulation import Emulation
+    from modelzoo.allocator import steady_allocator
+    steady_allocator()                        # as every executor rank
+    torch.set_num_threads(1)
+    step = _stage_step(model, lo, hi, batch, model_kwargs)
+    emulation = Emulation(slowdown)
+    _cpu_per_step(step, emulation, 0.2)       # warm: first passes fault in memory later ones reuse
+    results = []
+    for _ in range(rounds):
+        alone = None
+        for turn in range(barrier.parties):   # each alone in turn, the others waiting
+            barrier.wait()
+            if turn == i:
+                alone = _cpu_per_step(step, emulation, seconds)
+        barrier.wait()
+        results.append((alone, _cpu_per_step(step, emulation, 2 * seconds)))
+        barrier.wait()
+    out.put(results)
+
+
+def _stage_step(model: str, lo: int, hi: int, batch: int, model_kwargs: dict):
+    """A function doing one minibatch of the stage as an executor rank does under 1F1B: forward,
+    the update of the previous minibatch (into fresh tensors: that one's weights are stashed), backward."""
+    import modelzoo
+    from executor.stage import StageModel
+    torch.manual_seed(0)
+    net, example = modelzoo.build(model, batch=1, **model_kwargs)
+    graph = modelzoo.layer_graph(net)
+    values = {modelzoo.MODEL_INPUT: example}
+    with torch.no_grad():
+        for j in range(len(graph)):
+            values[j] = graph.layers[j](*(values[p] for p in graph.preds[j]))
+    shaped = lambda cut: [torch.randn(batch, *values[k].shape[1:]) for k in graph.crossing(cut)]
+    last = hi >= len(graph)
+    inputs = tuple(shaped(lo))
+    grads = None if last else tuple(shaped(hi))
+    labels = torch.randint(values[len(graph) - 1].shape[-1], (batch,)) if last else None
+    stage = StageModel(graph, lo, hi, is_last=last, lr=0.01, momentum=0.9)
+    count = [0]
+
+    def step() -> None:
+        k = count[0]
+        stage.forward(k, inputs, labels)
+        if k:
+            stage.update(k - 1)
+        stage.backward(k, grads, need_input_grads=lo > 0)
+        count[0] = k + 1
+    return step
+
+
+def _cpu_per_step(step, emulation, seconds: float) -> float:
+    """Median thread CPU seconds of one step's work (not its emulated spin) over `seconds` of wall
+    time (at least 3 steps)."""
+    samples, end = [], time.perf_counter() + seconds
+    while time.perf_counter() < end or len(samples) < 3:
+        t0 = emulation.start()
+        step()
+        samples.append(time.thread_time() - t0)
+        emulation.stretch(t0)
+    return statistics.median(samples)
