@@ -3,17 +3,17 @@
 A profile times each layer in a process alone on the host. The executor runs one process per rank,
 and processes sharing a machine evict each other's weights and activations from the per-core caches
 and share its memory bandwidth, so the same forward and backward cost more CPU seconds (measured
-here: four stages of an 8-layer MLP 1024 wide, 4 processes on 2 cores, 8-11% more; two stages on
-2 cores, under 1%). Time-slicing cannot hide that cost: it is work, not waiting.
+here: four stages of an 8-layer MLP 1024 wide, 4 processes on 2 cores, 7.5-12% more; two whole-model
+processes, within 2%). Time-slicing cannot hide that cost: it is work, not waiting.
 
 `colocation_factor` measures it for one plan's stages: one process per stage rank, each looping
 its stage's forward, update and backward (the executor's own StageModel, one minibatch in flight, as
 1F1B keeps it; a rank with an emulated slowdown spins after each step as the executor's does, and a
 spinning rank evicts little), first each alone in turn and then all at once, twice over; the factor
 is the CPU seconds of the loops together over the same loops alone. The host's speed drifts by a few
-percent over seconds, so the two rounds' phases interleave and the factor is their mean. hetsim's simulator multiplies compute on a node's shared
-cores by it (`Node.colocated_work`). It is measured like the profile, before the run it predicts,
-and never from the run itself.
+percent over seconds, so the two rounds' phases interleave and the factor is their mean. hetsim's
+simulator multiplies compute on a node's shared cores by it (`Node.colocated_work`). It is measured
+like the profile, before the run it predicts, and never from the run itself.
 """
 
 from __future__ import annotations
@@ -78,13 +78,11 @@ def _stage_step(model: str, lo: int, hi: int, batch: int, model_kwargs: dict):
     the update of the previous minibatch (into fresh tensors: that one's weights are stashed), backward."""
     import modelzoo
     from executor.stage import StageModel
+    from executor.worker import layer_values
     torch.manual_seed(0)
     net, example = modelzoo.build(model, batch=1, **model_kwargs)
     graph = modelzoo.layer_graph(net)
-    values = {modelzoo.MODEL_INPUT: example}
-    with torch.no_grad():
-        for j in range(len(graph)):
-            values[j] = graph.layers[j](*(values[p] for p in graph.preds[j]))
+    values = layer_values(graph, example)
     shaped = lambda cut: [torch.randn(batch, *values[k].shape[1:]) for k in graph.crossing(cut)]
     last = hi >= len(graph)
     inputs = tuple(shaped(lo))

@@ -30,7 +30,7 @@ from hetsim.plan import ASYNC_SCHEDULES, Plan
 from hetsim.profile import ModelProfile
 from hetsim.schedule import Action, Schedule
 
-__all__ = ["Job", "run_rank", "job_layout"]
+__all__ = ["Job", "run_rank", "job_layout", "layer_values"]
 
 
 def _saver(directory: str, rank: int, r: StageRank):
@@ -88,11 +88,16 @@ def _model(job: Job):
     torch.manual_seed(job.options.seed)
     model, example = modelzoo.build(job.model, batch=1, **dict(job.model_kwargs))
     graph = modelzoo.layer_graph(model)
+    return graph, example, layer_values(graph, example)
+
+
+def layer_values(graph, example: torch.Tensor) -> dict:
+    """Every layer's output for `example` (and the input under MODEL_INPUT): the shapes that cross cuts."""
     values = {modelzoo.MODEL_INPUT: example}
     with torch.no_grad():
         for i in range(len(graph)):
             values[i] = graph.layers[i](*(values[p] for p in graph.preds[i]))
-    return graph, example, values
+    return values
 
 
 def run_rank(rank: int, job: Job, record: RankRecord) -> RankRecord:
