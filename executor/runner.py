@@ -160,10 +160,10 @@ class StageRank:
     def pull(self, wave: int) -> None:
         t0 = time.perf_counter()
         self.rec.waiting_on = list(self.wsp.ps_ranks)
-        weights, clock = self.wsp.pull(wave, self.model.flat, self.model.numel)
+        weights, clock, held = self.wsp.pull(wave, self.model.flat, self.model.numel)
         self.model.set_flat(weights)
         t1 = time.perf_counter()
-        self.rec.gates.append((self.vw, self.stage, wave, t1 - t0, clock))
+        self.rec.gates.append((self.vw, self.stage, wave, held, clock))
         self.rec.span(f"pull {wave}", "sync", t0, t1)
 
     def allreduce(self, wave: int) -> None:

@@ -9,6 +9,7 @@ received yet (it tells how many pushes it holds), so no local update is lost or 
 
 from __future__ import annotations
 
+import time
 from typing import Callable
 
 import torch
@@ -155,17 +156,21 @@ class WspClient:
                 payload = span.gather(update) if update is not None else torch.zeros(span.numel)
                 self._pending.add(dist.isend(payload, rank, tag=_PAYLOAD))
 
-    def pull(self, wave: int, current: Callable[[], torch.Tensor], numel: int) -> tuple[torch.Tensor, int]:
-        """Blocks until every shard answers; returns the new flat weights (a fresh tensor) and the
-        global clock. `current()` gives the stage's flat weights, read only for parts no shard holds."""
+    def pull(self, wave: int, current: Callable[[], torch.Tensor], numel: int) -> tuple[torch.Tensor, int, float]:
+        """Blocks until every shard answers; returns the new flat weights (a fresh tensor), the
+        global clock, and the seconds spent waiting for the shards' answers (the staleness bound's
+        hold, as the simulator's gates count it; receiving the weights after an answer is not part
+        of it). `current()` gives the stage's flat weights, read only for parts no shard holds."""
         for rank in self.ps_ranks:
             self._pending.add(dist.isend(torch.tensor([PULL, self.vw, self.stage, wave]), rank, tag=_HEADER))
         whole = len(self.spans) == 1 and self.spans[0].covers(numel)
         new = None if whole else current()
-        clocks, held = [], []
+        clocks, held, waited = [], [], 0.0
         for rank, span in zip(self.ps_ranks, self.spans):
             reply = torch.zeros(2, dtype=torch.long)
+            t0 = time.perf_counter()
             dist.recv(reply, src=rank, tag=_REPLY)
+            waited += time.perf_counter() - t0
             clock, included = int(reply[0]), int(reply[1])
             clocks.append(clock)
             held.append(included)
@@ -182,7 +187,7 @@ class WspClient:
         for u in [u for u in self.updates if u < min(held)]:
             del self.updates[u]
         self.version = min(clocks)
-        return (new if new is not None else torch.zeros(numel)), self.version
+        return (new if new is not None else torch.zeros(numel)), self.version, waited
 
     def finish(self) -> None:
         self._pending.wait_all()
