@@ -18,6 +18,7 @@ like the profile, before the run it predicts, and never from the run itself.
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import time
 
@@ -89,15 +90,14 @@ def _stage_step(model: str, lo: int, hi: int, batch: int, model_kwargs: dict):
     grads = None if last else tuple(shaped(hi))
     labels = torch.randint(values[len(graph) - 1].shape[-1], (batch,)) if last else None
     stage = StageModel(graph, lo, hi, is_last=last, lr=0.01, momentum=0.9)
-    count = [0]
+    minibatches = itertools.count()
 
     def step() -> None:
-        k = count[0]
+        k = next(minibatches)
         stage.forward(k, inputs, labels)
         if k:
             stage.update(k - 1)
         stage.backward(k, grads, need_input_grads=lo > 0)
-        count[0] = k + 1
     return step
 
 

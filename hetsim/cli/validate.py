@@ -217,7 +217,8 @@ def run(args: argparse.Namespace) -> int:
         latency_s=args.latency_us * 1e-6 if args.latency_us is not None else None, seed=args.seed,
         colocated_work=args.colocated_work)
     print(f"validate: plan {plan.name} on this host ({args.cores} of {os.cpu_count()} cores available, shared by "
-          f"{len(measurement.gpus)} stage ranks, compute x{measurement.training['colocated_work']} co-located), {args.waves} waves, {measurement.settings['warmup_waves']} warm-up")
+          f"{len(measurement.gpus)} stage ranks, compute x{measurement.training['colocated_work']} co-located), "
+          f"{args.waves} waves, {measurement.settings['warmup_waves']} warm-up")
     print(format_comparison(compare_reports(prediction, measurement) + work_rows(measurement)))
     for note in measurement.notes[1:]:
         print(f"note: {note}")
