@@ -1,8 +1,8 @@
 """Turn the ranks' records into a hetsim Report (kind "measurement") and a Chrome trace.
 
 The definitions mirror hetsim.sim.summary so a prediction and a measurement compare field by field:
-throughput per VW from the end of its warm-up minibatches to its last one; per-GPU times over the
-window in which every VW is past warm-up and none has finished.
+throughput and per-GPU times over the window in which every VW is past warm-up and none has finished
+(hetsim.window).
 """
 
 from __future__ import annotations
@@ -10,8 +10,10 @@ from __future__ import annotations
 from hetsim.plan import ASYNC_SCHEDULES
 from hetsim.report import GpuStats, Report, VwStats, distribution
 from hetsim.trace import TraceWriter
+from hetsim.window import steady_window
 
 from executor.emulation import EMULATION_NOTE
+from executor.health import ExecutorError
 from executor.layout import RankLayout
 from executor.record import RankRecord
 
@@ -24,13 +26,16 @@ def build_measured_report(job, layout: RankLayout, records: list[RankRecord], sc
     warm = opts.warmup_waves * plan.nm
     times = [[records[layout.stage_rank(v, 0)].wall(t) - origin for t in
               records[layout.stage_rank(v, 0)].completions] for v in range(len(plan.virtual_workers))]
-    windows = [(t[warm - 1] if warm else 0.0, t[-1], len(t) - warm) for t in times]
-    start, end = max(w[0] for w in windows), min(w[1] for w in windows)
+    window = steady_window(times, warm)
+    if window is None:
+        raise ExecutorError(f"no steady-state window: raise waves above warmup_waves "
+                            f"({opts.waves} <= {opts.warmup_waves})")
+    start, end = window.start, window.end
     clipped = {r.rank: _clip(r, origin, start, end) for r in records}
-    vws = [VwStats(name=vw.name, minibatches=n, minibatches_per_s=n / (t1 - t0),
-                   samples_per_s=n * plan.minibatch_size / (t1 - t0),
+    vws = [VwStats(name=vw.name, minibatches=window.minibatches(v), minibatches_per_s=window.rate(v),
+                   samples_per_s=window.rate(v) * plan.minibatch_size,
                    sync_wait_s=clipped[layout.stage_rank(v, 0)]["sync"])
-           for v, (vw, (t0, t1, n)) in enumerate(zip(plan.virtual_workers, windows))]
+           for v, vw in enumerate(plan.virtual_workers)]
     rate = sum(v.minibatches_per_s for v in vws)
     report = Report(
         kind="measurement", plan=plan.to_dict(), cluster=job.cluster.name, model=job.model,
@@ -119,10 +124,10 @@ def _notes(opts, sync_mode: str) -> list[str]:
 
 def _training(layout: RankLayout, records, clipped, origin: float, start: float, end: float) -> dict:
     losses = sorted(x for r in records for x in r.losses)
-    cpu = {layout.roles[r.rank].gpu: sum(c for t, c in r.cpu if start < r.wall(t) - origin <= end)
+    cpu = {layout.roles[r.rank].gpu: _cpu_per_minibatch(r, origin, start, end)
            for r in records if layout.roles[r.rank].kind == "stage"}
     return {"losses": [list(x) for x in losses],
-            "compute_cpu_s": cpu,     # thread CPU seconds of forward/backward/optimiser in the window
+            "compute_cpu_s_per_minibatch": cpu,
             "optimizer_s": {layout.describe(r.rank): clipped[r.rank]["optimizer"] for r in records
                             if layout.roles[r.rank].kind == "stage"},
             "weight_versions": {layout.describe(r.rank): [list(v) for v in r.versions] for r in records
@@ -130,6 +135,22 @@ def _training(layout: RankLayout, records, clipped, origin: float, start: float,
             "final_weights": {layout.describe(r.rank): r.final_weights for r in records if r.final_weights},
             **_sdpipe_groups(records),
             "emulation": EMULATION_NOTE}
+
+
+def _cpu_per_minibatch(rec: RankRecord, origin: float, start: float, end: float) -> float:
+    """Thread CPU seconds of one minibatch's forward, backward and optimiser work on a rank: per kind
+    of action, its mean in the window times how often it comes per backward in the whole run (so an
+    optimiser step per wave counts 1/Nm). Summing the window's CPU instead and dividing by the rate
+    miscounts by up to a minibatch's work at each edge of the window."""
+    kinds: dict[str, list[float]] = {}
+    counts: dict[str, int] = {}
+    for t, name, cpu in rec.cpu:
+        kind = name.rstrip("0123456789")
+        counts[kind] = counts.get(kind, 0) + 1
+        if start < rec.wall(t) - origin <= end:
+            kinds.setdefault(kind, []).append(cpu)
+    per_backward = {kind: n / counts.get("B", 1) for kind, n in counts.items()}
+    return sum(sum(v) / len(v) * per_backward[kind] for kind, v in kinds.items())
 
 
 def _sdpipe_groups(records) -> dict:

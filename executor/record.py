@@ -32,7 +32,7 @@ class RankRecord:
     groups: list[tuple] = field(default_factory=list)     # sdpipe scheduler: (stage, number, members, waves)
     connections: list[int] = field(default_factory=list)  # sdpipe scheduler: per stage index
 
-    cpu: list[tuple[float, float]] = field(default_factory=list)    # (end time, CPU seconds) per compute
+    cpu: list[tuple[float, str, float]] = field(default_factory=list)   # (end time, action, CPU seconds)
 
     def at(self, position: str) -> None:
         self.position, self.since = position, time.time()

@@ -71,7 +71,7 @@ class StageRank:
         self.emulation.stretch(cpu0)
         t1 = time.perf_counter()
         self.rec.span(name, cat, t0, t1)
-        self.rec.cpu.append((t1, cpu1 - cpu0))   # the work itself, without emulation or preemption
+        self.rec.cpu.append((t1, name, cpu1 - cpu0))   # the work itself, without emulation or preemption
         return out
 
     def forward(self, mb: int) -> None:

@@ -48,7 +48,7 @@ class LinkStats:
 @dataclass(kw_only=True)
 class VwStats:
     name: str
-    minibatches: int              # completed in its own steady state (after warm-up)
+    minibatches: int              # timed in the steady-state window (hetsim.window)
     minibatches_per_s: float
     samples_per_s: float
     sync_wait_s: float            # time the input stage was blocked by synchronisation

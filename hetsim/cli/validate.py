@@ -190,12 +190,10 @@ def work_rows(measurement) -> list:
     """Per rank: profiled CPU work per minibatch vs the CPU work the executor's ranks measured (thread
     CPU time of forward, backward and optimiser, without emulation): independent of host load."""
     from hetsim.compare import Comparison
-    rate = {v.name: v.minibatches_per_s for v in measurement.virtual_workers}
-    span = measurement.window["duration_s"]
-    cpu = measurement.training["compute_cpu_s"]
+    cpu = measurement.training["compute_cpu_s_per_minibatch"]
     return [Comparison(metric=f"{g.id} [{g.vw} s{g.stage}] CPU work ms/minibatch",
                        predicted=1e3 * measurement.training["predicted_work_s_per_minibatch"][g.id],
-                       measured=1e3 * cpu[g.id] / (span * rate[g.vw])) for g in measurement.gpus]
+                       measured=1e3 * cpu[g.id]) for g in measurement.gpus]
 
 
 def run(args: argparse.Namespace) -> int:

@@ -23,7 +23,7 @@ class Snapshot:
 class Recorder:
     """Utilisation is measured over one window for all devices: it opens when the last VW finishes
     its warm-up minibatches and closes when the first VW finishes all of them, so every VW is running
-    throughout. Throughput is measured per VW (`vw_windows`)."""
+    throughout; throughput is counted over the same window (hetsim.window)."""
 
     def __init__(self, world: World, n_vw: int, n_minibatches: int, warmup_minibatches: int,
                  trace: TraceWriter | None):
@@ -53,15 +53,6 @@ class Recorder:
                 self.start = self.snapshot()
         if self.completed[vw] == self.n_minibatches and self.end is None and self.start is not None:
             self.end = self.snapshot()
-
-    def vw_windows(self) -> list[tuple[float, float, int]]:
-        """Per VW: (start, end, minibatches) from its warm-up's last completion to its final one.
-
-        Each VW is timed over its own steady state, so periodic behaviour is measured exactly even
-        when VWs complete at different phases (BSP) or finish at different times (WSP with D > 0).
-        """
-        return [(times[self.warmup - 1] if self.warmup else 0.0, times[-1], len(times) - self.warmup)
-                for times in self.completion_times]
 
     def snapshot(self) -> Snapshot:
         now = self.world.env.now

@@ -13,6 +13,7 @@ from hetsim.report import GpuStats, LinkStats, Report, VwStats, distribution
 from hetsim.sim.pipeline import Stage
 from hetsim.sim.recorder import Recorder
 from hetsim.sim.world import World
+from hetsim.window import steady_window
 
 __all__ = ["build_report"]
 
@@ -24,10 +25,11 @@ def build_report(world: World, rec: Recorder, plan: Plan, cluster: Cluster, prof
         raise SimulationError(f"no steady-state window: raise waves above warmup_waves "
                               f"({options.waves} <= {options.warmup_waves})")
     span = end.t - start.t
-    vws = [VwStats(name=vw.name, minibatches=n, minibatches_per_s=n / (t1 - t0),
-                   samples_per_s=n * plan.minibatch_size / (t1 - t0),
+    window = steady_window(rec.completion_times, rec.warmup)
+    vws = [VwStats(name=vw.name, minibatches=window.minibatches(i), minibatches_per_s=window.rate(i),
+                   samples_per_s=window.rate(i) * plan.minibatch_size,
                    sync_wait_s=end.vw_sync_wait[i] - start.vw_sync_wait[i])
-           for i, (vw, (t0, t1, n)) in enumerate(zip(plan.virtual_workers, rec.vw_windows()))]
+           for i, vw in enumerate(plan.virtual_workers)]
     rate = sum(v.minibatches_per_s for v in vws)
     return Report(
         kind="prediction", plan=plan.to_dict(), cluster=cluster.name, model=profile.model,

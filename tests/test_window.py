@@ -1,0 +1,35 @@
+"""The steady-state window: periodic completions timed exactly, a run's tail left out."""
+
+import pytest
+
+from hetsim.window import steady_window
+
+
+def test_bursty_completions_at_different_phases_are_timed_exactly():
+    # Two VWs complete two minibatches per 1 s period, in bursts, 0.3 s apart in phase.
+    a = [k + d for k in range(1, 11) for d in (0.0, 0.1)]
+    b = [t + 0.3 for t in a]
+    w = steady_window([a, b], warmup=4)
+    assert (w.start, w.end) == (pytest.approx(2.4), pytest.approx(10.1))
+    assert w.rate(0) == pytest.approx(2.0) and w.rate(1) == pytest.approx(2.0)
+
+
+def test_the_tail_after_the_first_vw_finishes_is_left_out():
+    # vw1 runs at 1/s while vw0 runs, then at 4/s alone once vw0 has finished at t = 10.
+    vw0 = [float(t) for t in range(1, 11)]
+    vw1 = [float(t) for t in range(1, 11)] + [10 + 0.25 * k for k in range(1, 9)]
+    w = steady_window([vw0, vw1], warmup=2)
+    assert w.end == 10.0
+    assert w.rate(1) == pytest.approx(1.0)            # over its whole run after warm-up: 1.6/s
+    assert w.minibatches(0) == 8
+
+
+def test_no_window_without_a_completion_after_warm_up():
+    assert steady_window([[1.0, 2.0], [1.0]], warmup=1) is None
+    assert steady_window([[1.0, 2.0], [5.0, 6.0]], warmup=1) is None    # vw0 done before vw1 warms
+
+
+def test_a_vw_with_nothing_inside_the_window_is_timed_over_its_whole_run():
+    w = steady_window([[1.0, 2.0, 3.0, 4.0], [1.5, 5.0, 6.0]], warmup=1)
+    assert w.end == 4.0
+    assert w.spans[1] == (1.5, 6.0, 2)
