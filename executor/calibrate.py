@@ -10,8 +10,10 @@ shares among a node's cores.
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import time
+from collections import deque
 
 import torch
 
@@ -40,29 +42,52 @@ def optimizer_seconds(model: str, *, schedule: str, nm: int, wsp: bool, bsp: boo
 
 def _measure(model: str, schedule: str, nm: int, wsp: bool, bsp: bool, repeats: int,
              model_kwargs: dict) -> list[float]:
+    """Real forwards and backwards of minibatch size 1 (cheap beside the optimiser's pass over every
+    weight), so each update gets fresh gradient tensors from autograd as in the executor (reusing one
+    set of gradients timed 15% less); under an asynchronous schedule with Nm > 1 the next minibatch's
+    forward is in flight at each update, so its stash makes the update write new weight tensors, as
+    it does in the executor. Only the optimiser's work is timed."""
+    from executor.worker import layer_values
+
     torch.manual_seed(0)
-    net, _ = modelzoo.build(model, batch=1, **model_kwargs)
+    net, example = modelzoo.build(model, batch=1, **model_kwargs)
     graph = modelzoo.layer_graph(net)
     numel = [sum(p.numel() for p in graph.layers[i].parameters()) for i in range(len(graph))]
+    labels = torch.randint(layer_values(graph, example)[len(graph) - 1].shape[-1], (1,))
     stage = StageModel(graph, 0, len(graph), is_last=True, lr=0.01, momentum=0.9)
     stage.track_deltas, stage.flat_grads = wsp, bsp
     client = WspClient(vw=0, stage=0, ps_ranks=[], shard_ranges=[]) if wsp else None
-    grads = [torch.randn_like(w) for w in stage.weights]
-    samples = []
-    for k in range(repeats + 1):
+    minibatches = itertools.count()
+
+    def forward() -> int:
+        k = next(minibatches)
+        stage.forward(k, (example,), labels)
+        return k
+
+    def timed(change) -> float:
         t0 = time.thread_time()              # CPU seconds: preemption by other load is not work
-        if schedule in ASYNC_SCHEDULES:
-            stage.grads[k] = grads
-            deltas = stage.update(k)
-        else:
-            for _ in range(nm):
-                stage.grads[k] = grads
-                stage.accumulate(k)
-            deltas = stage.step()
-        if client is not None:                  # the runner adds each change to its wave's update
+        deltas = change()
+        if client is not None and deltas is not None:    # the runner adds each change to the wave's update
             client.record(0, deltas)
-        if k:                                   # the first call allocates momentum buffers
-            samples.append((time.thread_time() - t0) / (1 if schedule in ASYNC_SCHEDULES else nm))
+        return time.thread_time() - t0
+
+    samples = []
+    in_flight = deque(forward() for _ in range(2 if nm > 1 else 1))
+    for r in range(repeats + 1):
+        if schedule in ASYNC_SCHEDULES:
+            k = in_flight.popleft()
+            stage.backward(k, None, need_input_grads=False)
+            seconds = timed(lambda: stage.update(k))
+            in_flight.append(forward())
+        else:
+            seconds = 0.0
+            for _ in range(nm):
+                k = forward()
+                stage.backward(k, None, need_input_grads=False)
+                seconds += timed(lambda: stage.accumulate(k))
+            seconds = (seconds + timed(stage.step)) / nm
+        if r:                                   # the first allocates momentum buffers
+            samples.append(seconds)
     total, per = sum(numel), statistics.median(samples)
     return [per * n / total if total else 0.0 for n in numel]
 
@@ -104,7 +129,27 @@ def link_speed(small: int = 200, large: int = 10, nbytes: int = 4 << 20) -> tupl
         procs = [ctx.Process(target=_ping, args=(r, f"{tmp}/store", small, large, nbytes, out)) for r in range(2)]
         for p in procs:
             p.start()
-        result = out.get(timeout=120)
-        for p in procs:
-            p.join()
-    return result
+        try:
+            return _first_result(out, procs, timeout_s=120.0)
+        finally:
+            for p in procs:
+                p.join(timeout=5.0)
+                if p.is_alive():
+                    p.kill()
+
+
+def _first_result(out, procs, timeout_s: float):
+    """The first item a child puts on `out`; a clear error as soon as a child dies without one (as
+    spawned children do when the parent's __main__ cannot be imported), not after the timeout."""
+    import queue
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            return out.get(timeout=0.2)
+        except queue.Empty:
+            dead = [(i, p.exitcode) for i, p in enumerate(procs) if p.exitcode not in (None, 0)]
+            if dead:
+                raise RuntimeError(f"link_speed: ping-pong process {dead[0][0]} exited with code {dead[0][1]} "
+                                   "before measuring (see its error above)")
+    raise RuntimeError(f"link_speed: no measurement within {timeout_s:.0f} s")

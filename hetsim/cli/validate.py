@@ -20,7 +20,7 @@ from hetsim.plan import Plan, StageSpec, VirtualWorker
 from hetsim.profile import ModelProfile
 
 __all__ = ["add_arguments", "run", "host_cluster", "onto_host", "with_optimizer_costs", "validate_plan",
-           "available_cores", "cpu_time_profile", "load_changed", "default_warmup"]
+           "available_cores", "cpu_time_profile", "load_changed", "default_warmup", "bracketed"]
 
 # A measured window after the ranks' memory has settled: with 2 warm-up waves of 14, the first touches of
 # the heap's pages still cost up to 15% more CPU per minibatch than the profile's steady state.
@@ -135,8 +135,9 @@ def validate_plan(plan: Plan, *, model: str | None = None, model_kwargs: dict | 
                   link_Bps: float | None = None, latency_s: float | None = None, seed: int = 0,
                   profile_repeats: int = 5, colocated_work: float | None = None,
                   profile: ModelProfile | None = None):
-    """(prediction, measurement) of one plan on this host, from a profile measured here and now
-    (or `profile`, measured earlier on this host at the plan's minibatch size). `warmup_waves`
+    """(prediction, measurement) of one plan on this host, predicted from profiles measured here
+    just before and just after the run (`bracketed`; or `profile`, measured earlier on this host at
+    the plan's minibatch size, with the optimiser's work measured at both ends). `warmup_waves`
     defaults to `default_warmup(waves)`; `colocated_work` to the factor measured now for the plan's
     stages (executor.colocation; 1.0 for one stage rank)."""
     import hetsim
@@ -158,16 +159,19 @@ def validate_plan(plan: Plan, *, model: str | None = None, model_kwargs: dict | 
                                            model_kwargs=model_kwargs,
                                            slowdowns=[slowdown.get(s.gpu, 1.0) for s in stages])
     cluster = host_cluster(len(names), cores or available_cores(), link_Bps, latency_s, round(colocated_work, 3))
-    if profile is None:
-        profile = cpu_time_profile(model, plan.minibatch_size, profile_repeats, model_kwargs or {})
-    extra = optimizer_seconds(model, schedule=plan.schedule, nm=plan.nm, wsp=plan.sync.mode == "wsp",
-                              bsp=plan.sync.mode == "bsp", model_kwargs=model_kwargs)
-    profile = with_optimizer_costs(profile, extra)
-    prediction = hetsim.simulate(cluster, profile, plan, waves=waves, warmup_waves=warmup_waves,
-                                 seed=seed, slowdown=slowdown)
-    measurement = launch(plan, cluster, model, profile=profile, model_kwargs=model_kwargs,
+
+    def host_profile() -> ModelProfile:
+        measured = profile or cpu_time_profile(model, plan.minibatch_size, profile_repeats, model_kwargs or {})
+        return with_optimizer_costs(measured, optimizer_seconds(
+            model, schedule=plan.schedule, nm=plan.nm, wsp=plan.sync.mode == "wsp", bsp=plan.sync.mode == "bsp",
+            model_kwargs=model_kwargs))
+    before = host_profile()
+    measurement = launch(plan, cluster, model, profile=before, model_kwargs=model_kwargs,
                          options=ExecOptions(waves=waves, warmup_waves=warmup_waves, seed=seed,
                                              slowdown=slowdown, data="random"))
+    profile = bracketed(before, host_profile(), plan, cluster, waves)
+    prediction = hetsim.simulate(cluster, profile, plan, waves=waves, warmup_waves=warmup_waves,
+                                 seed=seed, slowdown=slowdown)
     measurement.training["predicted_work_s_per_minibatch"] = {
         s.gpu: sum(profile.stage_times("cpu", *s.layers)) * cluster.nodes[0].colocated_work
         for vw in plan.virtual_workers for s in vw.stages}
@@ -175,6 +179,24 @@ def validate_plan(plan: Plan, *, model: str | None = None, model_kwargs: dict | 
     measurement.training["cores_available"] = {"before": cluster.nodes[0].shared_cores, "after": available_cores()}
     measurement.training["colocated_work"] = cluster.nodes[0].colocated_work
     return prediction, measurement
+
+
+def bracketed(before: ModelProfile, after: ModelProfile, plan: Plan, cluster: Cluster, waves: int) -> ModelProfile:
+    """The mean of profiles taken just before and just after a run, for its prediction: this VM's speed
+    drifts (the same 15-pass profile read 4-6% apart across one 30 s run), and the mean follows the
+    speed over the run where one side of it does not. Neither profile is timed from the run itself.
+    The executor ordered a hetpipe schedule by `before`; if the mean would order it otherwise, the
+    prediction keeps `before`, so that both sides replay one schedule."""
+    from hetsim.feasibility import vw_schedule
+
+    layers = tuple(replace(b, fwd_s={k: (v + a.fwd_s[k]) / 2 for k, v in b.fwd_s.items()},
+                           bwd_s={k: (v + a.bwd_s[k]) / 2 for k, v in b.bwd_s.items()})
+                   for b, a in zip(before.layers, after.layers))
+    mean = replace(before, layers=layers, source=before.source + "; mean of profiles before and after the run")
+    same = all(vw_schedule(plan, vw, cluster, mean.scaled_to_batch(plan.minibatch_size), waves)
+               == vw_schedule(plan, vw, cluster, before.scaled_to_batch(plan.minibatch_size), waves)
+               for vw in plan.virtual_workers)
+    return mean if same else before
 
 
 def load_changed(measurement, tolerance: float = LOAD_TOLERANCE) -> str | None:

@@ -141,3 +141,35 @@ def test_cpu_per_minibatch_counts_each_kind_once_per_minibatch_whatever_the_wind
         t += 0.5
     # The window cuts between a forward and its backward at both ends.
     assert _cpu_per_minibatch(rec, 0.0, 5.5, 24.5) == pytest.approx(0.010 + 0.020 + 0.004 / 2)
+
+
+def _exit_with(code: int) -> None:
+    import os
+    os._exit(code)
+
+
+def test_link_speed_reports_a_dead_child_at_once_not_after_its_timeout():
+    import multiprocessing
+
+    from executor.calibrate import _first_result
+
+    ctx = multiprocessing.get_context("fork")
+    out, child = ctx.Queue(), ctx.Process(target=_exit_with, args=(3,))
+    child.start()
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match="process 0 exited with code 3"):
+        _first_result(out, [child], timeout_s=60.0)
+    assert time.monotonic() - t0 < 30.0
+    child.join()
+
+
+@pytest.mark.parametrize("schedule,nm,wsp", [("1f1b", 2, False), ("1f1b-flush", 3, True)])
+def test_optimizer_work_is_spread_over_the_layers_with_weights(schedule, nm, wsp):
+    from executor.calibrate import optimizer_seconds
+    kwargs = {"hidden": 64, "depth": 2}
+    per_layer = optimizer_seconds("mlp", schedule=schedule, nm=nm, wsp=wsp, repeats=3, model_kwargs=kwargs)
+    graph = modelzoo.layer_graph(modelzoo.build("mlp", batch=1, **kwargs)[0])
+    numel = [sum(p.numel() for p in graph.layers[i].parameters()) for i in range(len(graph))]
+    assert len(per_layer) == len(graph) and sum(per_layer) > 0
+    assert [s == 0 for s in per_layer] == [n == 0 for n in numel]           # ReLUs have no optimiser work
+    assert per_layer[0] / numel[0] == pytest.approx(per_layer[-1] / numel[-1])

@@ -91,3 +91,38 @@ def test_default_warmup_leaves_a_window_for_short_runs():
     assert default_warmup(30) == WARMUP_WAVES == 12
     assert default_warmup(10) == 4            # `hetsim validate --waves 10` alone still measures 6 waves
     assert all(0 <= default_warmup(w) < w for w in range(1, 60))
+
+
+def _two_layers(fwd: list[float], bwd: list[float]) -> ModelProfile:
+    layers = tuple(LayerProfile(name=f"l{i}", kind="Linear", param_bytes=4, output_bytes=4,
+                                fwd_s={"cpu": fwd[i]}, bwd_s={"cpu": bwd[i]}) for i in range(2))
+    return ModelProfile(model="m", batch_size=1, layers=layers, edges=((0, 1),), input_bytes=4)
+
+
+def _two_stage_plan(schedule: str) -> Plan:
+    return Plan(name="p", model="m", minibatch_size=1, nm=3, schedule=schedule, sync=SyncSpec(),
+                virtual_workers=(VirtualWorker(name="vw0", stages=(StageSpec(gpu="host/gpu0", layers=(0, 1)),
+                                                                   StageSpec(gpu="host/gpu1", layers=(1, 2)))),))
+
+
+def test_the_prediction_uses_the_mean_of_the_profiles_around_the_run():
+    from hetsim.cli.validate import bracketed
+    before, after = _two_layers([1.0, 2.0], [2.0, 4.0]), _two_layers([1.2, 2.2], [2.4, 4.0])
+    mean = bracketed(before, after, _two_stage_plan("1f1b"), host_cluster(2, 2, 1e9, 0.0), waves=4)
+    assert [l.fwd_s["cpu"] for l in mean.layers] == pytest.approx([1.1, 2.1])
+    assert [l.bwd_s["cpu"] for l in mean.layers] == pytest.approx([2.2, 4.0])
+
+
+def test_a_mean_profile_that_would_reorder_a_hetpipe_schedule_is_not_used():
+    # The executor replayed the hetpipe order `before` gives; a mean whose order differs would make
+    # the prediction replay another schedule, so it keeps `before`. A uniform drift keeps the order.
+    from hetsim.cli.validate import bracketed
+    from hetsim.feasibility import vw_schedule
+    plan, cluster = _two_stage_plan("hetpipe"), host_cluster(2, 2, 1e9, 0.0)
+    order = lambda p: vw_schedule(plan, plan.virtual_workers[0], cluster, p, 4).stages
+    before = _two_layers([1.0, 0.5], [2.0, 1.0])
+    reordering = _two_layers([0.1, 0.5], [0.2, 1.0])
+    assert order(reordering) != order(before)
+    assert bracketed(before, reordering, plan, cluster, waves=4) is before
+    drifted = bracketed(before, _two_layers([1.1, 0.55], [2.2, 1.1]), plan, cluster, waves=4)
+    assert drifted is not before and drifted.layers[0].fwd_s["cpu"] == pytest.approx(1.05)
