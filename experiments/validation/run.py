@@ -1,15 +1,16 @@
 """Run the validation suite: predict each plan with a profile measured on this host, execute it,
 and write a table and a predicted-vs-measured plot under experiments/results/.
 
-    python experiments/validation/run.py            # every plan (about 4 minutes on 2 idle cores)
+    python experiments/validation/run.py            # every plan (about 9 minutes on 2 idle cores)
     python experiments/validation/run.py --quick    # five plans, fewer waves
-    python experiments/validation/run.py --repeats 3  # each plan run 3 times, the median kept (~12 min)
+    python experiments/validation/run.py --repeats 3  # each plan run 3 times, the median kept (~27 min)
 
-Before every run of a plan the model is profiled (per-layer CPU seconds, 15 passes, about 1.5 s) and
-the cores our processes get (the host's, minus other load) and gloo's latency and bandwidth are
-measured, so the prediction describes the host as that run finds it: this VM's speed drifts by up to
-10% over minutes, and one profile for the whole suite once made most plans up to 12 points more
-optimistic.
+Around every run of a plan, as `hetsim validate` does, the model is profiled (per-layer CPU seconds,
+15 passes, about 1.5 s, just before and just after the run; the prediction uses their mean) and the
+cores our processes get (the host's, minus other load), the stages' co-located work and gloo's
+latency and bandwidth are measured before it, so the prediction describes the host as that run
+finds it: this VM's speed drifts by up to 10% over minutes, and one profile for the whole suite once
+made most plans up to 12 points more optimistic.
 Target: median |throughput error| <= 5%, max <= 10%. The script reports whether it was met and exits
 1 if not, after writing its results. Timings depend on the host being otherwise idle.
 """
