@@ -124,8 +124,9 @@ def _ping(rank: int, path: str, small: int, large: int, nbytes: int, out) -> Non
 
 def link_speed(small: int = 200, large: int = 30, nbytes: int = 4 << 20) -> tuple[float, float]:
     """(latency_s, bandwidth_Bps) of one gloo message between two processes on this host, measured
-    by ping-pong now, each large message received into fresh memory as the executor's are. The latency includes the wake-up of a process blocked in recv, which on a host
-    with more busy processes than cores is the scheduler's delay: what every pipeline hand-off costs."""
+    by ping-pong now, each large message received into fresh memory as the executor's are. The
+    latency includes the wake-up of a process blocked in recv, which on a host with more busy
+    processes than cores is the scheduler's delay: what every pipeline hand-off costs."""
     import tempfile
 
     import torch.multiprocessing as mp

@@ -160,8 +160,10 @@ def validate_plan(plan: Plan, *, model: str | None = None, model_kwargs: dict | 
                                            slowdowns=[slowdown.get(s.gpu, 1.0) for s in stages])
     cluster = host_cluster(len(names), cores or available_cores(), link_Bps, latency_s, round(colocated_work, 3))
 
+    given = profile
+
     def host_profile() -> ModelProfile:
-        measured = profile or cpu_time_profile(model, plan.minibatch_size, profile_repeats, model_kwargs or {})
+        measured = given or cpu_time_profile(model, plan.minibatch_size, profile_repeats, model_kwargs or {})
         return with_optimizer_costs(measured, optimizer_seconds(
             model, schedule=plan.schedule, nm=plan.nm, wsp=plan.sync.mode == "wsp", bsp=plan.sync.mode == "bsp",
             model_kwargs=model_kwargs))
@@ -169,11 +171,11 @@ def validate_plan(plan: Plan, *, model: str | None = None, model_kwargs: dict | 
     measurement = launch(plan, cluster, model, profile=before, model_kwargs=model_kwargs,
                          options=ExecOptions(waves=waves, warmup_waves=warmup_waves, seed=seed,
                                              slowdown=slowdown, data="random"))
-    profile = bracketed(before, host_profile(), plan, cluster, waves)
-    prediction = hetsim.simulate(cluster, profile, plan, waves=waves, warmup_waves=warmup_waves,
+    predicted_with = bracketed(before, host_profile(), plan, cluster, waves)
+    prediction = hetsim.simulate(cluster, predicted_with, plan, waves=waves, warmup_waves=warmup_waves,
                                  seed=seed, slowdown=slowdown)
     measurement.training["predicted_work_s_per_minibatch"] = {
-        s.gpu: sum(profile.stage_times("cpu", *s.layers)) * cluster.nodes[0].colocated_work
+        s.gpu: sum(predicted_with.stage_times("cpu", *s.layers)) * cluster.nodes[0].colocated_work
         for vw in plan.virtual_workers for s in vw.stages}
     # Load that came or went during the run is not in the prediction: measure again to tell.
     measurement.training["cores_available"] = {"before": cluster.nodes[0].shared_cores, "after": available_cores()}

@@ -126,3 +126,14 @@ def test_a_mean_profile_that_would_reorder_a_hetpipe_schedule_is_not_used():
     assert bracketed(before, reordering, plan, cluster, waves=4) is before
     drifted = bracketed(before, _two_layers([1.1, 0.55], [2.2, 1.1]), plan, cluster, waves=4)
     assert drifted is not before and drifted.layers[0].fwd_s["cpu"] == pytest.approx(1.05)
+
+
+def test_validate_plan_predicts_from_profiles_on_both_sides_of_the_run():
+    from hetsim.cli.validate import validate_plan
+    plan = mlp_plan([[0, 4, 9]], nm=2, schedule="1f1b")
+    prediction, measurement = validate_plan(plan, waves=6, warmup_waves=2, cores=2, link_Bps=2e9,
+                                            latency_s=5e-5, colocated_work=1.0, profile_repeats=2)
+    assert prediction.kind == "prediction" and measurement.kind == "measurement"
+    assert prediction.profile_source.endswith("mean of profiles before and after the run")
+    assert sorted(measurement.training["predicted_work_s_per_minibatch"]) == ["host/gpu0", "host/gpu1"]
+    assert prediction.throughput["samples_per_s"] > 0 and measurement.throughput["samples_per_s"] > 0
