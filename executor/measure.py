@@ -26,7 +26,7 @@ def build_measured_report(job, layout: RankLayout, records: list[RankRecord], sc
     warm = opts.warmup_waves * plan.nm
     times = [[records[layout.stage_rank(v, 0)].wall(t) - origin for t in
               records[layout.stage_rank(v, 0)].completions] for v in range(len(plan.virtual_workers))]
-    window = steady_window(times, warm)
+    window = steady_window(times, warm, period=plan.nm)
     if window is None:
         raise ExecutorError(f"no steady-state window: raise waves above warmup_waves "
                             f"({opts.waves} <= {opts.warmup_waves})")

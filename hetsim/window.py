@@ -3,16 +3,17 @@
 The window opens when the last virtual worker completes its warm-up minibatches and closes when the
 first one completes its last, so every VW is running throughout. Per-GPU times are taken over it.
 
-Each VW's rate is timed from completion to completion, so periodic behaviour (a VW that completes in
-bursts, or at another phase than the others, as under BSP) is measured exactly: from the end of its
-warm-up to its last completion inside the window. A run's tail, after the first VW has finished and
+Each VW's rate is timed from completion to completion over whole waves inside the window, so periodic
+behaviour (a VW that completes in bursts, or at another phase than the others, as under BSP) is
+measured exactly, and a VW that finished warming up early and then waited for a late one (processes
+start at different times) is not timed over that wait. A run's tail, after the first VW has finished and
 left the cores and links to the others (up to D waves of it under WSP), is not steady state and
 would flatter the slower VWs of short runs, so it is left out.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
 __all__ = ["SteadyWindow", "steady_window"]
@@ -37,21 +38,29 @@ class SteadyWindow:
         return n / (t1 - t0)
 
 
-def steady_window(completions: list[list[float]], warmup: int, origin: float = 0.0) -> SteadyWindow | None:
+def steady_window(completions: list[list[float]], warmup: int, origin: float = 0.0,
+                  period: int = 1) -> SteadyWindow | None:
     """The window over per-VW completion times (seconds, increasing, after `origin`), or None when some
-    VW completes nothing after its warm-up, or finishes before another has warmed up."""
+    VW completes nothing after its warm-up, or finishes before another has warmed up. `period` is the
+    number of completions per wave (Nm): each VW is timed over whole waves inside the window."""
     if not completions or any(len(times) <= warmup for times in completions):
         return None
-    firsts = [times[warmup - 1] if warmup else origin for times in completions]
-    start, end = max(firsts), min(times[-1] for times in completions)
+    start = max(times[warmup - 1] if warmup else origin for times in completions)
+    end = min(times[-1] for times in completions)
     if end <= start:
         return None
     spans = []
-    for t0, times in zip(firsts, completions):
-        last = bisect_right(times, end)         # completions at or before the window's end
-        if last <= warmup:
-            # Its first minibatch after warm-up completes after another VW has finished them all
-            # (a large staleness bound in a short run): time its whole run after warm-up instead.
-            last = len(times)
-        spans.append((t0, times[last - 1], last - warmup))
+    for times in completions:
+        t = [origin] + list(times)              # t[k]: when the VW had completed k minibatches
+        # From its first completion at or after the window opens (a VW that warmed up early and then
+        # waited for a late one is not timed over that wait), moved on to the same phase of a wave as
+        # its last completion inside the window, so that it is timed over whole waves.
+        first = max(bisect_left(t, start), warmup)
+        last = bisect_right(t, end) - 1
+        first += (last - first) % period
+        if last <= first:
+            # Nothing whole inside the window (a large staleness bound in a short run): time its
+            # whole run after warm-up instead.
+            first, last = warmup, len(t) - 1
+        spans.append((t[first], t[last], last - first))
     return SteadyWindow(start, end, tuple(spans))

@@ -6,10 +6,10 @@ from hetsim.window import steady_window
 
 
 def test_bursty_completions_at_different_phases_are_timed_exactly():
-    # Two VWs complete two minibatches per 1 s period, in bursts, 0.3 s apart in phase.
+    # Two VWs complete two minibatches per 1 s wave (Nm = 2), in bursts, 0.3 s apart in phase.
     a = [k + d for k in range(1, 11) for d in (0.0, 0.1)]
     b = [t + 0.3 for t in a]
-    w = steady_window([a, b], warmup=4)
+    w = steady_window([a, b], warmup=4, period=2)
     assert (w.start, w.end) == (pytest.approx(2.4), pytest.approx(10.1))
     assert w.rate(0) == pytest.approx(2.0) and w.rate(1) == pytest.approx(2.0)
 
@@ -33,3 +33,13 @@ def test_a_vw_with_nothing_inside_the_window_is_timed_over_its_whole_run():
     w = steady_window([[1.0, 2.0, 3.0, 4.0], [1.5, 5.0, 6.0]], warmup=1)
     assert w.end == 4.0
     assert w.spans[1] == (1.5, 6.0, 2)
+
+
+def test_a_vw_that_waited_for_a_late_one_is_not_timed_over_the_wait():
+    # vw0 warms up by t = 2, then (held by the staleness bound) waits for vw1, which starts late and
+    # finishes warming up at t = 5; from then on both complete one minibatch a second.
+    vw0 = [1.0, 2.0] + [float(t) for t in range(5, 15)]
+    vw1 = [4.0, 5.0] + [float(t) for t in range(6, 16)]
+    w = steady_window([vw0, vw1], warmup=2)
+    assert w.start == 5.0 and w.end == 14.0
+    assert w.rate(0) == pytest.approx(1.0) and w.rate(1) == pytest.approx(1.0)   # from t = 2: 10/12

@@ -25,7 +25,7 @@ def build_report(world: World, rec: Recorder, plan: Plan, cluster: Cluster, prof
         raise SimulationError(f"no steady-state window: raise waves above warmup_waves "
                               f"({options.waves} <= {options.warmup_waves})")
     span = end.t - start.t
-    window = steady_window(rec.completion_times, rec.warmup)
+    window = steady_window(rec.completion_times, rec.warmup, period=plan.nm)
     vws = [VwStats(name=vw.name, minibatches=window.minibatches(i), minibatches_per_s=window.rate(i),
                    samples_per_s=window.rate(i) * plan.minibatch_size,
                    sync_wait_s=end.vw_sync_wait[i] - start.vw_sync_wait[i])
