@@ -3,7 +3,7 @@ and write a table and a predicted-vs-measured plot under experiments/results/.
 
     python experiments/validation/run.py            # every plan (about 9 minutes on 2 idle cores)
     python experiments/validation/run.py --quick    # five plans, fewer waves
-    python experiments/validation/run.py --repeats 3  # each plan run 3 times, the median kept (~27 min)
+    python experiments/validation/run.py --repeats 3  # each plan run 3 times, the median kept (~20-25 min)
 
 Around every run of a plan, as `hetsim validate` does, the model is profiled (per-layer CPU seconds,
 15 passes, about 1.5 s, just before and just after the run; the prediction uses their mean) and the
