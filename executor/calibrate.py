@@ -19,6 +19,7 @@ import torch
 
 import modelzoo
 from modelzoo.allocator import steady_allocator
+from executor.children import next_result
 from executor.stage import StageModel
 from executor.wsp import WspClient
 from hetsim.plan import ASYNC_SCHEDULES
@@ -137,26 +138,10 @@ def link_speed(small: int = 200, large: int = 30, nbytes: int = 4 << 20) -> tupl
         for p in procs:
             p.start()
         try:
-            return _first_result(out, procs, timeout_s=120.0)
+            return next_result(out, procs, 120.0, "link_speed: ping-pong")
         finally:
             for p in procs:
                 p.join(timeout=5.0)
                 if p.is_alive():
                     p.kill()
 
-
-def _first_result(out, procs, timeout_s: float):
-    """The first item a child puts on `out`; a clear error as soon as a child dies without one (as
-    spawned children do when the parent's __main__ cannot be imported), not after the timeout."""
-    import queue
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            return out.get(timeout=0.2)
-        except queue.Empty:
-            dead = [(i, p.exitcode) for i, p in enumerate(procs) if p.exitcode not in (None, 0)]
-            if dead:
-                raise RuntimeError(f"link_speed: ping-pong process {dead[0][0]} exited with code {dead[0][1]} "
-                                   "before measuring (see its error above)")
-    raise RuntimeError(f"link_speed: no measurement within {timeout_s:.0f} s")

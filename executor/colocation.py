@@ -24,6 +24,8 @@ import time
 
 import torch
 
+from executor.children import next_result
+
 __all__ = ["colocation_factor"]
 
 
@@ -45,7 +47,7 @@ def colocation_factor(model: str, stages: list[tuple[int, int]], *, batch: int, 
              for i, (lo, hi) in enumerate(stages)]
     for p in procs:
         p.start()
-    results = [out.get(timeout=300) for _ in procs]
+    results = [next_result(out, procs, 300.0, "colocation_factor: probe") for _ in procs]
     for p in procs:
         p.join()
     ratios = [sum(r[k][1] for r in results) / sum(r[k][0] for r in results) for k in range(rounds)]

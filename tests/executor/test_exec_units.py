@@ -148,17 +148,17 @@ def _exit_with(code: int) -> None:
     os._exit(code)
 
 
-def test_link_speed_reports_a_dead_child_at_once_not_after_its_timeout():
+def test_a_calibration_reports_a_dead_child_at_once_not_after_its_timeout():
     import multiprocessing
 
-    from executor.calibrate import _first_result
+    from executor.children import next_result
 
     ctx = multiprocessing.get_context("fork")
     out, child = ctx.Queue(), ctx.Process(target=_exit_with, args=(3,))
     child.start()
     t0 = time.monotonic()
-    with pytest.raises(RuntimeError, match="process 0 exited with code 3"):
-        _first_result(out, [child], timeout_s=60.0)
+    with pytest.raises(RuntimeError, match="link_speed: ping-pong: process 0 exited with code 3"):
+        next_result(out, [child], 60.0, "link_speed: ping-pong")
     assert time.monotonic() - t0 < 30.0
     child.join()
 
