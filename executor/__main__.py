@@ -33,6 +33,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--slowdown", action="append", default=[], metavar="GPU=FACTOR",
                    help="EMULATED slowdown (busy-wait) of the rank running GPU, e.g. host/gpu1=2 (repeatable)")
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank (default 1)")
+    p.add_argument("--device", default="cpu",
+                   help="cpu (default), cuda (stage ranks on the host's GPUs, round-robin) or cuda:N (all on GPU N)")
+    p.add_argument("--backend", choices=("auto", "gloo", "nccl"), default="auto",
+                   help="auto: gloo on CPU; on CUDA nccl when every stage rank has its own GPU, else gloo "
+                        "through host memory")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds before a silent peer counts as dead")
     p.add_argument("--out", default=None, metavar="DIR", help="write report.json, CSVs and trace.json here")
 
@@ -42,7 +47,7 @@ def options_from_args(args):
     slowdown = assignments(args.slowdown, "--slowdown", float, "GPU=FACTOR, e.g. host/gpu1=2")
     return ExecOptions(waves=args.waves, warmup_waves=args.warmup_waves, seed=args.seed, data=args.data,
                        lr=args.lr, momentum=args.momentum, slowdown=slowdown, threads=args.threads,
-                       timeout_s=args.timeout)
+                       timeout_s=args.timeout, device=args.device, backend=args.backend)
 
 
 def model_kwargs(items: list[str]) -> dict[str, int]:

@@ -5,7 +5,7 @@ momentum touches every weight two or three times, flush schedules add each minib
 WSP computes each update's change and adds it to its wave's sum). `optimizer_seconds` times that work
 with the executor's own StageModel over the whole model and spreads it over the layers by parameter
 count (the work is elementwise). It is timed in thread CPU seconds, the unit of work the simulator
-shares among a node's cores.
+shares among a node's cores; on CUDA, in wall seconds up to a synchronisation.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ __all__ = ["optimizer_seconds", "link_speed"]
 
 
 def optimizer_seconds(model: str, *, schedule: str, nm: int, wsp: bool, bsp: bool = False, repeats: int = 9,
-                      model_kwargs: dict | None = None) -> list[float]:
+                      model_kwargs: dict | None = None, device: str = "cpu") -> list[float]:
     """Seconds per minibatch of optimiser work on each layer (asynchronous: one update per minibatch;
     flush: one gradient accumulation per minibatch plus 1/nm of a step). `wsp` includes computing and
     summing each update's weight change; `bsp` accumulates into the flat vector the all-reduce uses."""
@@ -36,28 +36,32 @@ def optimizer_seconds(model: str, *, schedule: str, nm: int, wsp: bool, bsp: boo
     threads = torch.get_num_threads()
     torch.set_num_threads(1)                  # as every rank runs; several threads would spin-wait
     try:
-        return _measure(model, schedule, nm, wsp, bsp, repeats, model_kwargs or {})
+        return _measure(model, schedule, nm, wsp, bsp, repeats, model_kwargs or {}, device)
     finally:
         torch.set_num_threads(threads)
 
 
 def _measure(model: str, schedule: str, nm: int, wsp: bool, bsp: bool, repeats: int,
-             model_kwargs: dict) -> list[float]:
+             model_kwargs: dict, device: str = "cpu") -> list[float]:
     """Real forwards and backwards of minibatch size 1 (cheap beside the optimiser's pass over every
     weight), so each update gets fresh gradient tensors from autograd as in the executor (reusing one
     set of gradients timed 15% less); under an asynchronous schedule with Nm > 1 the next minibatch's
     forward is in flight at each update, so its stash makes the update write new weight tensors, as
     it does in the executor. Only the optimiser's work is timed."""
+    from executor.emulation import Emulation
+    from executor.placement import CPU, Placement
     from executor.worker import layer_values
 
+    clock = Emulation(1.0, CPU if device == "cpu" else Placement(torch.device(device), torch.device("cpu"))).clock
     torch.manual_seed(0)
     net, example = modelzoo.build(model, batch=1, **model_kwargs)
     graph = modelzoo.layer_graph(net)
     numel = [sum(p.numel() for p in graph.layers[i].parameters()) for i in range(len(graph))]
-    labels = torch.randint(layer_values(graph, example)[len(graph) - 1].shape[-1], (1,))
-    stage = StageModel(graph, 0, len(graph), is_last=True, lr=0.01, momentum=0.9)
+    labels = torch.randint(layer_values(graph, example)[len(graph) - 1].shape[-1], (1,), device=device)
+    example = example.to(device)
+    stage = StageModel(graph, 0, len(graph), is_last=True, lr=0.01, momentum=0.9, device=device)
     stage.track_deltas, stage.flat_grads = wsp, bsp
-    client = WspClient(vw=0, stage=0, ps_ranks=[], shard_ranges=[]) if wsp else None
+    client = WspClient(vw=0, stage=0, ps_ranks=[], shard_ranges=[], device=device) if wsp else None
     minibatches = itertools.count()
 
     def forward() -> int:
@@ -66,11 +70,11 @@ def _measure(model: str, schedule: str, nm: int, wsp: bool, bsp: bool, repeats: 
         return k
 
     def timed(change) -> float:
-        t0 = time.thread_time()              # CPU seconds: preemption by other load is not work
+        t0 = clock()                         # CPU seconds: preemption by other load is not work
         deltas = change()
         if client is not None and deltas is not None:    # the runner adds each change to the wave's update
             client.record(0, deltas)
-        return time.thread_time() - t0
+        return clock() - t0
 
     samples = []
     in_flight = deque(forward() for _ in range(2 if nm > 1 else 1))
@@ -93,28 +97,46 @@ def _measure(model: str, schedule: str, nm: int, wsp: bool, bsp: bool, repeats: 
     return [per * n / total if total else 0.0 for n in numel]
 
 
-def _ping(rank: int, path: str, small: int, large: int, nbytes: int, out) -> None:
+def _ping(rank: int, path: str, small: int, large: int, nbytes: int, out, device: str = "cpu",
+          nccl: bool = False) -> None:
     import torch.distributed as dist
+    from executor.placement import CPU, Placement
     steady_allocator()                          # as every executor rank
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{path}", rank=rank, world_size=2)
+    if device == "cpu":
+        placement = CPU
+    else:
+        gpu = torch.device("cuda", rank if nccl else 0)
+        torch.cuda.set_device(gpu)
+        placement = Placement(gpu, gpu if nccl else torch.device("cpu"))
+    dist.init_process_group("cpu:gloo,cuda:nccl" if nccl else "gloo", init_method=f"file://{path}", rank=rank,
+                            world_size=2)           # both ranks have a GPU here: one group of both kinds
     peer = 1 - rank
     rtts, seconds = [], []
+
+    def send(t):
+        dist.send(placement.to_wire(t), peer)
+
+    def recv(size):
+        # A fresh buffer for every message, as the executor receives (an empty tensor per message):
+        # writing into new memory faults its pages in, which a reused buffer never does
+        # (4 MiB here: about 1.7 GB/s fresh against 2.3-3.1 GB/s reused).
+        buf = placement.empty(size)
+        dist.recv(buf, peer)
+        got = placement.from_wire(buf)
+        placement.synchronize()
+        return got
+
     for size, count, times in ((2, small, rtts), (nbytes // 4, large, seconds)):
-        buf = torch.zeros(size)
+        buf = torch.zeros(size, device=placement.compute)
         for k in range(count + 1):
-            if size > 2:
-                # A fresh buffer for every message, as the executor receives (torch.empty per message):
-                # writing into new memory faults its pages in, which a reused buffer never does
-                # (4 MiB here: about 1.7 GB/s fresh against 2.3-3.1 GB/s reused).
-                buf = torch.empty(size)
             t0 = time.perf_counter()
             if rank == 0:
-                dist.send(buf, peer)
-                dist.recv(buf, peer)
+                send(buf)
+                buf = recv(size)
             else:
-                dist.recv(buf, peer)
-                dist.send(buf, peer)
+                buf = recv(size)
+                send(buf)
             if k:                                   # the first exchange sets up the pair
                 times.append(time.perf_counter() - t0)
     if rank == 0:
@@ -123,18 +145,22 @@ def _ping(rank: int, path: str, small: int, large: int, nbytes: int, out) -> Non
     dist.destroy_process_group()
 
 
-def link_speed(small: int = 200, large: int = 30, nbytes: int = 4 << 20) -> tuple[float, float]:
+def link_speed(small: int = 200, large: int = 30, nbytes: int = 4 << 20, *, device: str = "cpu",
+               nccl: bool = False) -> tuple[float, float]:
     """(latency_s, bandwidth_Bps) of one gloo message between two processes on this host, measured
     by ping-pong now, each large message received into fresh memory as the executor's are. The
     latency includes the wake-up of a process blocked in recv, which on a host with more busy
-    processes than cores is the scheduler's delay: what every pipeline hand-off costs."""
+    processes than cores is the scheduler's delay: what every pipeline hand-off costs.
+    On CUDA the message goes from GPU to GPU as the executor's do (executor.placement): over NCCL
+    between GPUs 0 and 1 (`nccl`), else through host memory over gloo, both ends on GPU 0."""
     import tempfile
 
     import torch.multiprocessing as mp
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     with tempfile.TemporaryDirectory() as tmp:
-        procs = [ctx.Process(target=_ping, args=(r, f"{tmp}/store", small, large, nbytes, out)) for r in range(2)]
+        procs = [ctx.Process(target=_ping, args=(r, f"{tmp}/store", small, large, nbytes, out, device, nccl))
+                 for r in range(2)]
         for p in procs:
             p.start()
         try:

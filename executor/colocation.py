@@ -14,6 +14,13 @@ is the CPU seconds of the loops together over the same loops alone. The host's s
 percent over seconds, so the two rounds' phases interleave and the factor is their mean. hetsim's
 simulator multiplies compute on a node's shared cores by it (`Node.colocated_work`). It is measured
 like the profile, before the run it predicts, and never from the run itself.
+
+On CUDA the ranks' processes share GPUs rather than cores, and what matters is how much work a
+shared GPU sustains at once: `gpu_concurrency` runs the same probes on the GPU (steps timed on the
+wall clock up to a synchronisation) and sums each stage's speed together over its speed alone. A
+GPU that runs one rank's large kernels at a time gives about 1 (time-slicing); small, launch-bound
+stages overlap and give up to the number of stages. hetsim's simulator shares the node's capacity
+among busy ranks with that many `shared_cores`.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ import torch
 
 from executor.children import next_result
 
-__all__ = ["colocation_factor"]
+__all__ = ["colocation_factor", "gpu_concurrency"]
 
 
 def colocation_factor(model: str, stages: list[tuple[int, int]], *, batch: int, model_kwargs: dict | None = None,
@@ -36,47 +43,64 @@ def colocation_factor(model: str, stages: list[tuple[int, int]], *, batch: int, 
     plus process start-up; 1.0 for one stage."""
     if len(stages) < 2:
         return 1.0
-    if seconds <= 0 or rounds < 1:
-        raise ValueError(f"seconds must be > 0 and rounds >= 1, got {seconds} and {rounds}")
-    slowdowns = slowdowns or [1.0] * len(stages)
-    import torch.multiprocessing as mp
-    ctx = mp.get_context("spawn")
-    barrier, out = ctx.Barrier(len(stages)), ctx.Queue()
-    procs = [ctx.Process(target=_probe, args=(i, model, lo, hi, batch, dict(model_kwargs or {}), slowdowns[i],
-                                              seconds, rounds, barrier, out))
-             for i, (lo, hi) in enumerate(stages)]
-    for p in procs:
-        p.start()
-    results = [next_result(out, procs, 300.0, "colocation_factor: probe") for _ in procs]
-    for p in procs:
-        p.join()
+    results = _probes(model, stages, batch, model_kwargs, slowdowns or [1.0] * len(stages), seconds, rounds, "cpu")
     ratios = [sum(r[k][1] for r in results) / sum(r[k][0] for r in results) for k in range(rounds)]
     return statistics.fmean(ratios)
 
 
+def gpu_concurrency(model: str, stages: list[tuple[int, int]], *, batch: int, device: str = "cuda",
+                    model_kwargs: dict | None = None, seconds: float = 0.6, rounds: int = 2) -> float:
+    """How many of `stages` (one process each, all on `device`) a GPU runs at full speed at once:
+    the sum over stages of step time alone over step time together, between 1 and len(stages)."""
+    if len(stages) < 2:
+        return 1.0
+    results = _probes(model, stages, batch, model_kwargs, [1.0] * len(stages), seconds, rounds, device)
+    sums = [sum(r[k][0] / r[k][1] for r in results) for k in range(rounds)]
+    return min(max(statistics.fmean(sums), 1.0), float(len(stages)))
+
+
+def _probes(model, stages, batch, model_kwargs, slowdowns, seconds, rounds, device) -> list:
+    """Each probe's [(alone, together)] per round."""
+    if seconds <= 0 or rounds < 1:
+        raise ValueError(f"seconds must be > 0 and rounds >= 1, got {seconds} and {rounds}")
+    import torch.multiprocessing as mp
+    ctx = mp.get_context("spawn")
+    barrier, out = ctx.Barrier(len(stages)), ctx.Queue()
+    procs = [ctx.Process(target=_probe, args=(i, model, lo, hi, batch, dict(model_kwargs or {}), slowdowns[i],
+                                              seconds, rounds, barrier, out, device))
+             for i, (lo, hi) in enumerate(stages)]
+    for p in procs:
+        p.start()
+    results = [next_result(out, procs, 300.0, "colocation: probe") for _ in procs]
+    for p in procs:
+        p.join()
+    return results
+
+
 def _probe(i: int, model: str, lo: int, hi: int, batch: int, model_kwargs: dict, slowdown: float,
-           seconds: float, rounds: int, barrier, out) -> None:
+           seconds: float, rounds: int, barrier, out, device: str = "cpu") -> None:
     from executor.emulation import Emulation
+    from executor.placement import CPU, Placement
     from modelzoo.allocator import steady_allocator
     steady_allocator()                        # as every executor rank
     torch.set_num_threads(1)
-    step = _stage_step(model, lo, hi, batch, model_kwargs)
-    emulation = Emulation(slowdown)
-    _cpu_per_step(step, emulation, 0.2)       # warm: first passes fault in memory later ones reuse
+    step = _stage_step(model, lo, hi, batch, model_kwargs, device)
+    emulation = Emulation(slowdown, CPU if device == "cpu" else Placement(torch.device(device), torch.device("cpu")))
+    _work_per_step(step, emulation, 0.2)       # warm: first passes fault in memory later ones reuse
     results = []
     for _ in range(rounds):
         alone = None
         for turn in range(barrier.parties):   # each alone in turn, the others waiting
             barrier.wait()
             if turn == i:
-                alone = _cpu_per_step(step, emulation, seconds)
+                alone = _work_per_step(step, emulation, seconds)
         barrier.wait()
-        results.append((alone, _cpu_per_step(step, emulation, 2 * seconds)))
+        results.append((alone, _work_per_step(step, emulation, 2 * seconds)))
         barrier.wait()
     out.put(results)
 
 
-def _stage_step(model: str, lo: int, hi: int, batch: int, model_kwargs: dict):
+def _stage_step(model: str, lo: int, hi: int, batch: int, model_kwargs: dict, device: str = "cpu"):
     """A function doing one minibatch of the stage as an executor rank does under 1F1B: forward,
     the update of the previous minibatch (into fresh tensors: that one's weights are stashed), backward."""
     import modelzoo
@@ -86,12 +110,12 @@ def _stage_step(model: str, lo: int, hi: int, batch: int, model_kwargs: dict):
     net, example = modelzoo.build(model, batch=1, **model_kwargs)
     graph = modelzoo.layer_graph(net)
     values = layer_values(graph, example)
-    shaped = lambda cut: [torch.randn(batch, *values[k].shape[1:]) for k in graph.crossing(cut)]
+    shaped = lambda cut: [torch.randn(batch, *values[k].shape[1:], device=device) for k in graph.crossing(cut)]
     last = hi >= len(graph)
     inputs = tuple(shaped(lo))
     grads = None if last else tuple(shaped(hi))
-    labels = torch.randint(values[len(graph) - 1].shape[-1], (batch,)) if last else None
-    stage = StageModel(graph, lo, hi, is_last=last, lr=0.01, momentum=0.9)
+    labels = torch.randint(values[len(graph) - 1].shape[-1], (batch,), device=device) if last else None
+    stage = StageModel(graph, lo, hi, is_last=last, lr=0.01, momentum=0.9, device=device)
     minibatches = itertools.count()
 
     def step() -> None:
@@ -103,13 +127,13 @@ def _stage_step(model: str, lo: int, hi: int, batch: int, model_kwargs: dict):
     return step
 
 
-def _cpu_per_step(step, emulation, seconds: float) -> float:
-    """Median thread CPU seconds of one step's work (not its emulated spin) over `seconds` of wall
-    time (at least 3 steps)."""
+def _work_per_step(step, emulation, seconds: float) -> float:
+    """Median seconds of one step's work (not its emulated spin) over `seconds` of wall time (at
+    least 3 steps): thread CPU seconds on CPU, wall seconds up to a synchronisation on CUDA."""
     samples, end = [], time.perf_counter() + seconds
     while time.perf_counter() < end or len(samples) < 3:
         t0 = emulation.start()
         step()
-        samples.append(time.thread_time() - t0)
+        samples.append(emulation.clock() - t0)
         emulation.stretch(t0)
     return statistics.median(samples)

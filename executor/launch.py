@@ -53,9 +53,9 @@ def layout_of(job: Job) -> RankLayout:
 def rank_main(rank: int, world_size: int, job: Job, init_method: str, records_path: str | None,
               on_exit=lambda message: None) -> object:
     """One rank: join the group, run under the watchdog, gather every record on rank 0."""
-    dist.init_process_group(job.options.backend_name, init_method=init_method, rank=rank,
-                            world_size=world_size, timeout=timedelta(seconds=job.options.timeout_s))
     layout = layout_of(job)
+    dist.init_process_group("gloo", init_method=init_method, rank=rank,
+                            world_size=world_size, timeout=timedelta(seconds=job.options.timeout_s))
     record = RankRecord(rank=rank)
     health = Health(dist.distributed_c10d._get_default_store(), rank, layout.describe,
                     timeout_s=job.options.timeout_s, position=lambda: (record.position, record.since),

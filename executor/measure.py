@@ -39,8 +39,8 @@ def build_measured_report(job, layout: RankLayout, records: list[RankRecord], sc
     rate = sum(v.minibatches_per_s for v in vws)
     report = Report(
         kind="measurement", plan=plan.to_dict(), cluster=job.cluster.name, model=job.model,
-        profile_source="measured by the executor (torch.distributed, gloo)",
-        settings=_settings(opts), window={"start_s": start, "end_s": end, "duration_s": end - start},
+        profile_source=f"measured by the executor (torch.distributed, {records[0].backend})",
+        settings=_settings(opts, records[0].backend), window={"start_s": start, "end_s": end, "duration_s": end - start},
         throughput={"minibatches_per_s": rate, "samples_per_s": rate * plan.minibatch_size},
         virtual_workers=vws, gpus=_gpus(job, layout, records, clipped, end - start), links=[],
         staleness=_staleness(plan, records, schedules, layout), sync=_sync(plan, records, layout),
@@ -63,10 +63,10 @@ def _clip(rec: RankRecord, origin: float, start: float, end: float) -> dict[str,
     return out
 
 
-def _settings(opts) -> dict:
+def _settings(opts, backend: str) -> dict:
     return {"waves": opts.waves, "warmup_waves": opts.warmup_waves, "seed": opts.seed, "data": opts.data,
             "lr": opts.lr, "momentum": opts.momentum, "slowdown": dict(sorted(opts.slowdown.items())),
-            "threads_per_rank": opts.threads, "backend": opts.backend_name, "device": opts.device}
+            "threads_per_rank": opts.threads, "backend": backend, "device": opts.device}
 
 
 def _gpus(job, layout: RankLayout, records, clipped, span: float) -> list[GpuStats]:
@@ -78,9 +78,9 @@ def _gpus(job, layout: RankLayout, records, clipped, span: float) -> list[GpuSta
         out.append(GpuStats(
             id=role.gpu, type=slot.type.name, vw=job.plan.virtual_workers[role.vw].name, stage=role.stage,
             layers=role.layers, busy_fraction=c["compute"] / span, compute_s=c["compute"],
-            recv_wait_s=c["wait"], sync_wait_s=c["sync"], memory_bytes=rec.peak_rss_bytes,
+            recv_wait_s=c["wait"], sync_wait_s=c["sync"], memory_bytes=rec.peak_memory_bytes,
             memory_capacity_bytes=slot.type.memory_bytes,
-            memory_breakdown={"rss_peak_bytes": rec.peak_rss_bytes, "weights_bytes": rec.weights_bytes,
+            memory_breakdown={rec.memory_kind: rec.peak_memory_bytes, "weights_bytes": rec.weights_bytes,
                               "stashed_weights_bytes": stash}))
     return out
 
@@ -124,31 +124,33 @@ def _notes(opts, sync_mode: str) -> list[str]:
 
 def _training(layout: RankLayout, records, clipped, origin: float, start: float, end: float) -> dict:
     losses = sorted(x for r in records for x in r.losses)
-    cpu = {layout.roles[r.rank].gpu: _cpu_per_minibatch(r, origin, start, end)
-           for r in records if layout.roles[r.rank].kind == "stage"}
+    work = {layout.roles[r.rank].gpu: _work_per_minibatch(r, origin, start, end)
+            for r in records if layout.roles[r.rank].kind == "stage"}
     return {"losses": [list(x) for x in losses],
-            "compute_cpu_s_per_minibatch": cpu,
+            "compute_work_s_per_minibatch": work,
             "optimizer_s": {layout.describe(r.rank): clipped[r.rank]["optimizer"] for r in records
                             if layout.roles[r.rank].kind == "stage"},
             "weight_versions": {layout.describe(r.rank): [list(v) for v in r.versions] for r in records
                                 if r.versions},
             "final_weights": {layout.describe(r.rank): r.final_weights for r in records if r.final_weights},
+            "devices": {layout.describe(r.rank): r.device for r in records},
             **_sdpipe_groups(records),
             "emulation": EMULATION_NOTE}
 
 
-def _cpu_per_minibatch(rec: RankRecord, origin: float, start: float, end: float) -> float:
-    """Thread CPU seconds of one minibatch's forward, backward and optimiser work on a rank: per kind
+def _work_per_minibatch(rec: RankRecord, origin: float, start: float, end: float) -> float:
+    """Seconds of one minibatch's forward, backward and optimiser work on a rank (thread CPU seconds
+    on CPU, GPU seconds on CUDA; emulation's spin excluded): per kind
     of action, its mean in the window times how often it comes per backward in the whole run (so an
     optimiser step per wave counts 1/Nm). Summing the window's CPU instead and dividing by the rate
     miscounts by up to a minibatch's work at each edge of the window."""
     kinds: dict[str, list[float]] = {}
     counts: dict[str, int] = {}
-    for t, name, cpu in rec.cpu:
+    for t, name, seconds in rec.work:
         kind = name.rstrip("0123456789")
         counts[kind] = counts.get(kind, 0) + 1
         if start < rec.wall(t) - origin <= end:
-            kinds.setdefault(kind, []).append(cpu)
+            kinds.setdefault(kind, []).append(seconds)
     per_backward = {kind: n / counts.get("B", 1) for kind, n in counts.items()}
     return sum(sum(v) / len(v) * per_backward[kind] for kind, v in kinds.items())
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from hetsim.errors import HetsimError
@@ -19,8 +20,8 @@ class ExecOptions:
     momentum: float = 0.9
     slowdown: dict[str, float] = field(default_factory=dict)   # gpu id -> emulated factor (>= 1)
     threads: int = 1                       # torch threads per rank
-    backend: str = "auto"                  # gloo on CPU, nccl on CUDA
-    device: str = "cpu"
+    backend: str = "auto"                  # gloo on CPU; on CUDA nccl with a GPU per rank, else gloo (executor.placement)
+    device: str = "cpu"                    # "cpu", "cuda" (a GPU per stage rank, shared round-robin) or "cuda:N"
     timeout_s: float = 60.0                # a peer silent this long is reported dead
     trace: bool = True
     checkpoint_dir: str | None = None     # flush schedules: save every stage's state after each wave
@@ -40,6 +41,12 @@ class ExecOptions:
         self.fault_spec
         if self.resume and not self.checkpoint_dir:
             raise HetsimError("resume: needs checkpoint_dir")
+        if self.device != "cpu" and not re.fullmatch(r"cuda(:\d+)?", self.device):
+            raise HetsimError(f"device: expected cpu, cuda or cuda:N, got {self.device!r}")
+        if self.backend not in ("auto", "gloo", "nccl"):
+            raise HetsimError(f"backend: expected auto, gloo or nccl, got {self.backend!r}")
+        if self.backend == "nccl" and self.device == "cpu":
+            raise HetsimError("backend: nccl moves CUDA tensors only; use device cuda, or backend gloo on cpu")
         if self.threads < 1 or self.timeout_s <= 0:
             raise HetsimError("threads must be >= 1 and timeout_s > 0")
 
@@ -51,9 +58,3 @@ class ExecOptions:
         if len(parts) != 3 or not parts[0].isdigit() or parts[2] not in ("die", "hang"):
             raise HetsimError(f"fault: expected RANK:ACTION:die|hang, e.g. 1:F3:die, got {self.fault!r}")
         return int(parts[0]), parts[1], parts[2]
-
-    @property
-    def backend_name(self) -> str:
-        if self.backend != "auto":
-            return self.backend
-        return "nccl" if self.device.startswith("cuda") else "gloo"

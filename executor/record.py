@@ -24,7 +24,10 @@ class RankRecord:
     versions: list[tuple[int, int, int, int]] = field(default_factory=list)
     weights_bytes: int = 0
     stash_peak_versions: int = 1
-    peak_rss_bytes: int = 0
+    peak_memory_bytes: int = 0
+    memory_kind: str = "rss_peak_bytes"     # or "cuda_peak_allocated_bytes" for a stage rank on CUDA
+    backend: str = ""                      # the process group's backend
+    device: str = "cpu"                    # where the rank computed (and how its messages travel)
     position: str = "start"              # the action being run, and since when (wall clock)
     since: float = field(default_factory=time.time)
     waiting_on: list[int] = field(default_factory=list)   # peers a blocking call waits for
@@ -32,7 +35,8 @@ class RankRecord:
     groups: list[tuple] = field(default_factory=list)     # sdpipe scheduler: (stage, number, members, waves)
     connections: list[int] = field(default_factory=list)  # sdpipe scheduler: per stage index
 
-    cpu: list[tuple[float, str, float]] = field(default_factory=list)   # (end time, action, CPU seconds)
+    # (end time, action, seconds of work: thread CPU time on CPU, GPU wall time on CUDA)
+    work: list[tuple[float, str, float]] = field(default_factory=list)
 
     def at(self, position: str) -> None:
         self.position, self.since = position, time.time()
@@ -44,5 +48,8 @@ class RankRecord:
         """A perf_counter reading on the common (wall-clock) axis."""
         return self.wall0 + (t - self.perf0)
 
-    def finish(self) -> None:
-        self.peak_rss_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    def finish(self, cuda_peak_bytes: int | None = None) -> None:
+        if cuda_peak_bytes is not None:
+            self.peak_memory_bytes, self.memory_kind = cuda_peak_bytes, "cuda_peak_allocated_bytes"
+        else:
+            self.peak_memory_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

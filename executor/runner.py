@@ -17,6 +17,7 @@ import torch.distributed as dist
 from executor.data import SyntheticData
 from executor.emulation import Emulation
 from executor.pending import PendingSends
+from executor.placement import CPU, Placement
 from executor.record import RankRecord
 from executor.sdpipe import GroupSyncClient
 from executor.stage import StageModel
@@ -32,7 +33,8 @@ class StageRank:
                  emulation: Emulation, record: RankRecord, wsp: WspClient | None = None,
                  group=None, group_ranks: list[int] | None = None, n_vw: int = 1,
                  checkpoint=None, fault: tuple[int, str, str] | None = None, rank: int = -1,
-                 sdpipe: GroupSyncClient | None = None):
+                 sdpipe: GroupSyncClient | None = None, placement: Placement = CPU,
+                 p2p_groups: dict[tuple[int, int], object] | None = None):
         self.vw, self.stage, self.n_stages, self.nm = vw, stage, n_stages, nm
         self.asynchronous = asynchronous
         self.model, self.data, self.emulation, self.rec = model, data, emulation, record
@@ -40,6 +42,10 @@ class StageRank:
         self.prev_rank, self.next_rank = prev_rank, next_rank
         self.wsp, self.group, self.group_ranks, self.n_vw = wsp, group, group_ranks or [], n_vw
         self.sdpipe = sdpipe
+        self.placement = placement
+        # NCCL: one communicator per direction of each link (see executor.worker._p2p_groups).
+        self.p2p_groups = p2p_groups or {}
+        self.me = rank
         self.checkpoint = checkpoint          # callable(wave) after each STEP, or None
         self.rank, self.fault = rank, fault
         self.applied = 0                  # own minibatches whose updates are in the local weights
@@ -65,19 +71,21 @@ class StageRank:
 
     # compute -----------------------------------------------------------------------------------
     def _compute(self, name: str, fn, cat: str = "compute"):
-        t0, cpu0 = time.perf_counter(), self.emulation.start()
+        work0 = self.emulation.start()       # on CUDA, after the copies queued before it
+        t0 = time.perf_counter()
         out = fn()
-        cpu1 = time.thread_time()
-        self.emulation.stretch(cpu0)
+        work1 = self.emulation.clock()       # on CUDA, once the GPU has done the work
+        self.emulation.stretch(work0)
         t1 = time.perf_counter()
         self.rec.span(name, cat, t0, t1)
-        self.rec.cpu.append((t1, name, cpu1 - cpu0))   # the work itself, without emulation or preemption
+        self.rec.work.append((t1, name, work1 - work0))   # the work itself, without emulation (or preemption on CPU)
         return out
 
     def forward(self, mb: int) -> None:
         last = self.stage == self.n_stages - 1
-        inputs = (self.data.inputs(self.vw, mb),) if self.stage == 0 else self._received.pop(("F", mb))
-        labels = self.data.labels(self.vw, mb) if last else None
+        inputs = ((self.data.inputs(self.vw, mb).to(self.placement.compute),) if self.stage == 0
+                  else self._received.pop(("F", mb)))
+        labels = self.data.labels(self.vw, mb).to(self.placement.compute) if last else None
         expected = mb if self.asynchronous else mb - mb % self.nm
         self.rec.staleness_local.append((self.vw, self.stage, mb, expected - self.applied))
         outputs = self._compute(f"F{mb}", lambda: self.model.forward(mb, inputs, labels))
@@ -102,8 +110,10 @@ class StageRank:
 
     # point to point ------------------------------------------------------------------------------
     def _send(self, kind: str, mb: int, dst: int) -> None:
+        group = self.p2p_groups.get((self.me, dst))
         for j, tensor in enumerate(self._outbox.pop((kind, mb))):
-            self._sends.add(dist.isend(tensor.contiguous(), dst, tag=mb * 16 + j))
+            self._sends.add(dist.isend(self.placement.to_wire(tensor.contiguous()), dst, tag=mb * 16 + j,
+                                       group=group))
 
     def _post_recvs(self) -> None:
         """Keep the next RECV_LOOKAHEAD receives posted, so a message travels as soon as it is sent
@@ -112,8 +122,9 @@ class StageRank:
         while len(self._posted) < RECV_LOOKAHEAD and self._pending_recvs:
             action, mb = self._pending_recvs.popleft()
             kind, (src, shapes) = action[-1], _RECV_FROM[action](self)
-            tensors = tuple(torch.empty(shape) for shape in shapes)
-            works = [dist.irecv(t, src, tag=mb * 16 + j) for j, t in enumerate(tensors)]
+            tensors = tuple(self.placement.empty(shape) for shape in shapes)
+            group = self.p2p_groups.get((src, self.me))
+            works = [dist.irecv(t, src, tag=mb * 16 + j, group=group) for j, t in enumerate(tensors)]
             self._posted[(kind, mb)] = (src, tensors, works)
 
     def _recv(self, kind: str, mb: int) -> None:
@@ -126,9 +137,10 @@ class StageRank:
         self._post_recvs()
         self.rec.waiting_on = [src]
         for work in works:
-            work.wait()
+            work.wait()                      # NCCL: only makes this rank's stream wait for the message
+        self._received[(kind, mb)] = tuple(self.placement.from_wire(t) for t in tensors)
+        self.placement.synchronize()         # so the message's arrival is waiting, not the next compute
         self.rec.span(f"wait {kind}{mb}", "wait", t0, time.perf_counter())
-        self._received[(kind, mb)] = tensors
 
     # optimiser and synchronisation ----------------------------------------------------------------
     def _changed(self, wave: int, name: str, change) -> None:
@@ -170,16 +182,20 @@ class StageRank:
         """BSP: average the wave's gradients with the same stage of every VW (ring all-reduce in gloo)."""
         t0 = time.perf_counter()
         self.rec.waiting_on = self.group_ranks
-        dist.all_reduce(self.model.wave_flat(), group=self.group)
+        flat = self.model.wave_flat()
+        wire = self.placement.to_wire(flat)
+        dist.all_reduce(wire, group=self.group)
+        if wire is not flat:
+            flat.copy_(wire)
         self.model.scale_wave(1.0 / self.n_vw)
         self.rec.span(f"allreduce {wave}", "sync", t0, time.perf_counter())
 
     def group_sync(self, wave: int) -> None:
         """SDPipe: average the weights with the group the scheduler forms (a group of one goes on)."""
         t0 = time.perf_counter()
-        members, weights = self.sdpipe.sync(wave, self.model.flat)
+        members, weights = self.sdpipe.sync(wave, lambda: self.model.flat().cpu())   # via the host
         if weights is not None:
-            self.model.set_flat(weights)
+            self.model.set_flat(weights.to(self.placement.compute))
         self.rec.span(f"group {wave} {'+'.join(f'vw{m}' for m in members)}", "sync", t0, time.perf_counter())
 
 

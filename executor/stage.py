@@ -46,10 +46,13 @@ class InFlight:
 
 
 class StageModel:
-    def __init__(self, graph: LayerGraph, lo: int, hi: int, *, is_last: bool, lr: float, momentum: float):
+    def __init__(self, graph: LayerGraph, lo: int, hi: int, *, is_last: bool, lr: float, momentum: float,
+                 device: torch.device | str = "cpu"):
         for i in range(len(graph)):
             if not lo <= i < hi:
                 graph.layers[i] = nn.Identity()          # other stages' weights are not kept here
+        graph.layers.to(device)                          # built on the host, so every device starts alike
+        self.device = torch.device(device)
         self.module = _StageModule(graph, lo, hi)
         named = [(f"layers.{i}.{n}", p) for i in range(lo, hi)
                  for n, p in graph.layers[i].named_parameters()]
@@ -126,7 +129,7 @@ class StageModel:
         if self._acc is None and self.flat_grads:
             # One vector the all-reduce works on in place (no concatenation per wave), reused.
             if self._acc_flat is None:
-                self._acc_flat = torch.empty(sum(g.numel() for g in grads))
+                self._acc_flat = torch.empty(sum(g.numel() for g in grads), device=self.device)
             self._acc = _views(self._acc_flat, grads)
             for a, g in zip(self._acc, grads):
                 a.copy_(g)
@@ -150,7 +153,7 @@ class StageModel:
 
     def wave_flat(self) -> torch.Tensor:
         """BSP: the wave's gradient sum as one vector (`flat_grads`), to all-reduce in place."""
-        return self._acc_flat if self._acc is not None else torch.zeros(0)
+        return self._acc_flat if self._acc is not None else torch.zeros(0, device=self.device)
 
     def scale_wave(self, factor: float) -> None:
         """Multiply the wave's gradients by `factor` at the step (an all-reduce's 1/n, for free)."""
@@ -191,7 +194,7 @@ class StageModel:
                 self._pool.append(weights)
 
     def flat(self) -> torch.Tensor:
-        return torch.cat([w.reshape(-1) for w in self.weights]) if self.weights else torch.zeros(0)
+        return torch.cat([w.reshape(-1) for w in self.weights]) if self.weights else torch.zeros(0, device=self.device)
 
     def set_flat(self, flat: torch.Tensor) -> None:
         """New weights from `flat`, which becomes ours: the weights are views into it, not copies."""

@@ -17,6 +17,7 @@ from executor.data import SyntheticData
 from executor.emulation import Emulation
 from executor.layout import RankLayout, rank_layout, shard_indices
 from executor.options import ExecOptions
+from executor.placement import CPU, Placement, gpu_count, placement_for, uses_nccl
 from executor.record import RankRecord
 from executor.runner import StageRank
 from executor.sdpipe import GroupScheduler, GroupSyncClient
@@ -80,8 +81,15 @@ def _check_supported(job: Job) -> None:
         raise PlanError("executor: checkpoints need a flush schedule (gpipe, 1f1b-flush) with sync none or "
                         f"bsp (a consistent cut after each wave); plan {job.plan.name} uses "
                         f"{job.plan.schedule} with sync {job.plan.sync.mode}")
-    if job.options.device != "cpu":
-        raise PlanError(f"executor: device {job.options.device!r} is not supported yet; use cpu")
+    device = job.options.device
+    if device != "cpu" and gpu_count() == 0:
+        raise PlanError(f"executor: device {device!r}: torch {torch.__version__} sees no CUDA device here; use cpu")
+    if device.startswith("cuda:") and int(device[5:]) >= gpu_count():
+        raise PlanError(f"executor: device {device!r}: this host has {gpu_count()} CUDA device(s)")
+    n_stages = sum(len(vw.stages) for vw in job.plan.virtual_workers)
+    if job.options.backend == "nccl" and n_stages > gpu_count():
+        raise PlanError(f"executor: backend nccl needs a GPU per stage rank (NCCL refuses two ranks on one "
+                        f"GPU); plan {job.plan.name} has {n_stages} stage ranks and this host {gpu_count()} GPU(s)")
 
 
 def _model(job: Job):
@@ -110,11 +118,16 @@ def run_rank(rank: int, job: Job, record: RankRecord) -> RankRecord:
     numel = [sum(p.numel() for p in graph.layers[i].parameters()) for i in range(len(graph))]
     shards = [(s.layers, s.fraction) for s in _shards(job, len(graph))]
     role = layout.roles[rank]
+    nccl = uses_nccl(job.options.device, job.options.backend, len(layout.stage_ranks))
+    placement = placement_for(job.options.device, rank, nccl) if role.kind == "stage" else CPU
+    record.device = placement.describe()
+    record.backend = "gloo + nccl between stages" if nccl else "gloo"
     resume = _resume_wave(job, layout)      # read before the barrier: nobody has saved a newer one yet
     record.waiting_on = [r.rank for r in layout.roles if r.rank != rank]
     dist.barrier()
     record.perf0, record.wall0 = time.perf_counter(), time.time()
-    groups = _bsp_groups(job, layout)
+    groups = _bsp_groups(job, layout, nccl)
+    p2p = _p2p_groups(job, layout) if nccl else {}
     if role.kind == "ps":
         _serve(job, layout, graph, numel, shards, role.ps_index)
     elif role.kind == "scheduler":
@@ -122,8 +135,8 @@ def run_rank(rank: int, job: Job, record: RankRecord) -> RankRecord:
                        spec=job.plan.sync, waves=job.options.waves, stage_rank=layout.stage_rank,
                        record=record).serve()
     else:
-        _stage(job, layout, role, graph, example, values, numel, shards, record, groups, resume)
-    record.finish()
+        _stage(job, layout, role, graph, example, values, numel, shards, record, groups, resume, placement, p2p)
+    record.finish(placement.peak_memory_bytes() if placement.cuda else None)
     return record
 
 
@@ -138,13 +151,28 @@ def _resume_wave(job: Job, layout: RankLayout) -> int | None:
     return wave
 
 
-def _bsp_groups(job: Job, layout: RankLayout) -> dict[int, object]:
+def _bsp_groups(job: Job, layout: RankLayout, nccl: bool) -> dict[int, object]:
     """One process group per stage index across VWs (every rank must create them, in order)."""
     if job.plan.sync.mode != "bsp":
         return {}
     n_stages = len(job.plan.virtual_workers[0].stages)
-    return {s: dist.new_group([layout.stage_rank(v, s) for v in range(len(job.plan.virtual_workers))])
+    return {s: dist.new_group([layout.stage_rank(v, s) for v in range(len(job.plan.virtual_workers))],
+                              backend="nccl" if nccl else None)
             for s in range(n_stages)}
+
+
+def _p2p_groups(job: Job, layout: RankLayout) -> dict[tuple[int, int], object]:
+    """NCCL: a communicator per direction of each pipeline link, keyed (src, dst). NCCL runs a pair's
+    operations in the order they were posted, so with one communicator for both directions a receive
+    posted ahead for a gradient would hold up the activation sent the other way until the gradient
+    came, which needs that activation first. Every rank must create them, in the same order."""
+    groups = {}
+    for v, vw in enumerate(job.plan.virtual_workers):
+        for s in range(len(vw.stages) - 1):
+            a, b = layout.stage_rank(v, s), layout.stage_rank(v, s + 1)
+            groups[(a, b)] = dist.new_group([a, b], backend="nccl")
+            groups[(b, a)] = dist.new_group([a, b], backend="nccl")
+    return groups
 
 
 def _serve(job: Job, layout: RankLayout, graph, numel, shards, j: int) -> None:
@@ -171,7 +199,8 @@ def _group_sync_client(plan: Plan, layout: RankLayout, role, n_stages: int, reco
                            record=record)
 
 
-def _stage(job: Job, layout, role, graph, example, values, numel, shards, record, groups, resume) -> None:
+def _stage(job: Job, layout, role, graph, example, values, numel, shards, record, groups, resume,
+           placement: Placement, p2p: dict) -> None:
     plan, opts = job.plan, job.options
     vw, s = role.vw, role.stage
     n_stages = len(plan.virtual_workers[vw].stages)
@@ -181,23 +210,26 @@ def _stage(job: Job, layout, role, graph, example, values, numel, shards, record
     num_classes = values[len(graph) - 1].shape[-1]
     data = SyntheticData(mode=opts.data, seed=opts.seed, batch=batch, input_shape=tuple(example.shape[1:]),
                          num_classes=num_classes)
-    model = StageModel(graph, lo, hi, is_last=s == n_stages - 1, lr=opts.lr, momentum=opts.momentum)
+    model = StageModel(graph, lo, hi, is_last=s == n_stages - 1, lr=opts.lr, momentum=opts.momentum,
+                       device=placement.compute)
     wsp = None
     model.track_deltas = plan.sync.mode == "wsp"
     model.flat_grads = plan.sync.mode == "bsp"
     if plan.sync.mode == "wsp":
         ps = [r.rank for r in layout.ps_ranks]
         wsp = WspClient(vw=vw, stage=s, ps_ranks=ps,
-                        shard_ranges=[shard_indices(numel, shards, j, lo, hi) for j in range(len(ps))])
+                        shard_ranges=[shard_indices(numel, shards, j, lo, hi) for j in range(len(ps))],
+                        device=placement.compute)
     runner = StageRank(
         vw=vw, stage=s, n_stages=n_stages, nm=plan.nm, asynchronous=plan.schedule in ASYNC_SCHEDULES,
         model=model, data=data, in_shapes=shapes(lo), out_shapes=shapes(hi),
         prev_rank=layout.stage_rank(vw, s - 1) if s > 0 else None,
         next_rank=layout.stage_rank(vw, s + 1) if s + 1 < n_stages else None,
-        emulation=Emulation(opts.slowdown.get(role.gpu, 1.0)), record=record, wsp=wsp,
+        emulation=Emulation(opts.slowdown.get(role.gpu, 1.0), placement), record=record, wsp=wsp,
         group=groups.get(s), n_vw=len(plan.virtual_workers),
         group_ranks=[layout.stage_rank(v, s) for v in range(len(plan.virtual_workers))],
-        fault=opts.fault_spec, rank=role.rank, sdpipe=_group_sync_client(plan, layout, role, n_stages, record))
+        fault=opts.fault_spec, rank=role.rank, sdpipe=_group_sync_client(plan, layout, role, n_stages, record),
+        placement=placement, p2p_groups=p2p)
     if opts.checkpoint_dir:
         runner.checkpoint = _saver(opts.checkpoint_dir, role.rank, runner)
     actions = job.schedules()[vw].stages[s]
@@ -209,4 +241,4 @@ def _stage(job: Job, layout, role, graph, example, values, numel, shards, record
     record.versions = model.versions
     record.weights_bytes = model.numel * 4
     record.stash_peak_versions = model.peak_versions
-    record.final_weights = hashlib.sha256(model.flat().numpy().tobytes()).hexdigest()[:16]
+    record.final_weights = hashlib.sha256(model.flat().cpu().numpy().tobytes()).hexdigest()[:16]

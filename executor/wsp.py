@@ -127,8 +127,10 @@ class ParameterServer:
 class WspClient:
     """A stage's side: keeps its own per-wave updates until every server has received them."""
 
-    def __init__(self, *, vw: int, stage: int, ps_ranks: list[int], shard_ranges: list[list[tuple[int, int]]]):
+    def __init__(self, *, vw: int, stage: int, ps_ranks: list[int], shard_ranges: list[list[tuple[int, int]]],
+                 device: torch.device | str = "cpu"):
         self.vw, self.stage = vw, stage
+        self.device = torch.device(device)     # the stage's; the servers' messages are host tensors
         self.ps_ranks = ps_ranks
         self.spans = [Span(r) for r in shard_ranges]
         self.updates: dict[int, torch.Tensor] = {}          # wave -> sum of own weight deltas (flat)
@@ -140,7 +142,8 @@ class WspClient:
         (summing into the flat vector costs what a copy would, and the push copies nothing)."""
         flat = self.updates.get(wave)
         if flat is None:
-            self.updates[wave] = torch.cat([d.reshape(-1) for d in deltas]) if deltas else torch.zeros(0)
+            self.updates[wave] = (torch.cat([d.reshape(-1) for d in deltas]) if deltas
+                                  else torch.zeros(0, device=self.device))
             return
         offset = 0
         for d in deltas:
@@ -153,7 +156,7 @@ class WspClient:
         for rank, span in zip(self.ps_ranks, self.spans):
             self._pending.add(dist.isend(torch.tensor([PUSH, self.vw, self.stage, wave]), rank, tag=_HEADER))
             if span.numel:                   # the wave is complete: nothing adds to `update` any more
-                payload = span.gather(update) if update is not None else torch.zeros(span.numel)
+                payload = span.gather(update).cpu() if update is not None else torch.zeros(span.numel)
                 self._pending.add(dist.isend(payload, rank, tag=_PAYLOAD))
 
     def pull(self, wave: int, current: Callable[[], torch.Tensor], numel: int) -> tuple[torch.Tensor, int, float]:
@@ -177,6 +180,7 @@ class WspClient:
             if span.numel:
                 weights = torch.empty(span.numel)
                 dist.recv(weights, src=rank, tag=_WEIGHTS)
+                weights = weights.to(self.device)
                 for u, delta in self.updates.items():
                     if u >= included:
                         weights += span.gather(delta)
@@ -187,7 +191,7 @@ class WspClient:
         for u in [u for u in self.updates if u < min(held)]:
             del self.updates[u]
         self.version = min(clocks)
-        return (new if new is not None else torch.zeros(numel)), self.version, waited
+        return (new if new is not None else torch.zeros(numel, device=self.device)), self.version, waited
 
     def finish(self) -> None:
         self._pending.wait_all()

@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from suite import MODEL_KWARGS, cases  # noqa: E402
+from suite import CUDA_BATCH, CUDA_MODEL_KWARGS, MODEL_KWARGS, cases  # noqa: E402
 
 from hetsim.cli.validate import WAVES, default_warmup, load_changed, validate_plan, work_rows  # noqa: E402
 from hetsim.compare import compare_reports  # noqa: E402
@@ -58,7 +58,7 @@ def row(case, prediction, measurement) -> dict:
            "cores_available": prediction.cluster.split("_")[2],
            "latency_us": prediction.cluster.split("_")[4][:-2],
            "colocated_work": measurement.training["colocated_work"],
-           "cores_after": measurement.training["cores_available"]["after"],
+           "cores_after": measurement.training.get("cores_available", {}).get("after", ""),
            "predicted_samples_s": round(tp.predicted, 1), "measured_samples_s": round(tp.measured, 1),
            "error_pct": round(tp.error_pct, 1)}
     work = work_rows(measurement)
@@ -109,8 +109,24 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=1,
                    help="runs of each plan; the table keeps the run with the median error and its range")
     p.add_argument("--out", default=str(RESULTS))
+    p.add_argument("--device", default="cpu", help="cpu (default) or cuda: the GPU suite uses a wider model "
+                   f"({CUDA_MODEL_KWARGS}) and minibatch {CUDA_BATCH}, and writes validation_cuda.*")
+    p.add_argument("--only", nargs="+", default=None, metavar="PLAN",
+                   help="run these plans of the suite only (writes STEM_part.*; see --merge)")
+    p.add_argument("--merge", nargs="+", default=None, metavar="CSV",
+                   help="run nothing: join the tables of runs of parts of the suite (their CSVs) into one, "
+                        "named after --device")
     args = p.parse_args(argv)
-    chosen = [c for c in cases() if c.quick or not args.quick]
+    if args.merge:
+        return merge(args.merge, Path(args.out), "validation" + ("_cuda" if args.device != "cpu" else ""))
+    cuda = args.device != "cpu"
+    chosen = [c for c in cases(CUDA_BATCH) if c.quick or not args.quick] if cuda else \
+        [c for c in cases() if c.quick or not args.quick]
+    if args.only:
+        unknown = set(args.only) - {c.name for c in chosen}
+        if unknown:
+            p.error(f"--only: no such plan in the suite: {', '.join(sorted(unknown))}")
+        chosen = [c for c in chosen if c.name in args.only]
     from tqdm import tqdm
     rows, load = [], [os.getloadavg()[0]]
     for case in tqdm(chosen, desc="validation", unit="plan"):
@@ -118,8 +134,9 @@ def main(argv=None) -> int:
         waves = args.waves or case_waves(case.plan.nm, args.quick)
         warmup = default_warmup(waves) if args.warmup_waves is None else args.warmup_waves
         for _ in range(args.repeats):
-            prediction, measurement = validate_plan(case.plan, model_kwargs=MODEL_KWARGS, waves=waves,
-                                                    warmup_waves=warmup, slowdown=case.slowdown, profile_repeats=15)
+            prediction, measurement = validate_plan(case.plan, model_kwargs=CUDA_MODEL_KWARGS if cuda else MODEL_KWARGS,
+                                                    waves=waves, warmup_waves=warmup, slowdown=case.slowdown,
+                                                    profile_repeats=15, device=args.device)
             runs.append((row(case, prediction, measurement), load_changed(measurement)))
             load.append(os.getloadavg()[0])
         rows.append(_median_run(runs))
@@ -128,20 +145,61 @@ def main(argv=None) -> int:
         for _, warning in runs:
             if warning:
                 tqdm.write(f"  warning: {warning}")
+    summary = summarise(rows, {
+        "waves": args.waves or f"max({WAVES}, {MINIBATCHES} / Nm)", "repeats": args.repeats,
+        "host": {"cores": os.cpu_count(), "machine": platform.machine(), "load_avg_1min": load},
+        "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+        "warmup_waves": args.warmup_waves if args.warmup_waves is not None else "default_warmup(waves)",
+        "quick": args.quick, "device": _device_name(args.device), "only": args.only})
+    stem = "validation" + ("_cuda" if cuda else "") + ("_quick" if args.quick else "") + ("_part" if args.only else "")
+    write(rows, summary, Path(args.out), stem)
+    print(f"1-min load average during the run {min(load):.1f}..{max(load):.1f} on {os.cpu_count()} cores")
+    return verdict(summary)
+
+
+def summarise(rows: list[dict], extra: dict) -> dict:
     errors = [abs(r["error_pct"]) for r in rows]
-    summary = {"plans": len(rows), "waves": args.waves or f"max({WAVES}, {MINIBATCHES} / Nm)", "repeats": args.repeats,
-               "median_abs_error_pct": statistics.median(errors),
-               "max_abs_error_pct": max(errors), "targets": {"median": MEDIAN_TOL, "max": MAX_TOL},
-               "host": {"cores": os.cpu_count(), "machine": platform.machine(), "load_avg_1min": load},
-               "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
-               "warmup_waves": args.warmup_waves if args.warmup_waves is not None else "default_warmup(waves)",
-               "quick": args.quick}
-    write(rows, summary, Path(args.out), "validation_quick" if args.quick else "validation")
+    return {"plans": len(rows), "median_abs_error_pct": statistics.median(errors), "max_abs_error_pct": max(errors),
+            "targets": {"median": MEDIAN_TOL, "max": MAX_TOL}, **extra}
+
+
+def verdict(summary: dict) -> int:
     ok = summary["median_abs_error_pct"] <= MEDIAN_TOL and summary["max_abs_error_pct"] <= MAX_TOL
     print(f"median |error| {summary['median_abs_error_pct']:.1f}% (target {MEDIAN_TOL}%), max "
-          f"{summary['max_abs_error_pct']:.1f}% (target {MAX_TOL}%): {'met' if ok else 'NOT met'}; "
-          f"1-min load average during the run {min(load):.1f}..{max(load):.1f} on {os.cpu_count()} cores")
+          f"{summary['max_abs_error_pct']:.1f}% (target {MAX_TOL}%): {'met' if ok else 'NOT met'}")
     return 0 if ok else 1
+
+
+def merge(csvs: list[str], out: Path, stem: str) -> int:
+    """One table, plot and summary from the CSVs of runs of parts of the suite (each beside its
+    _summary.json), in the suite's plan order."""
+    rows, parts = [], []
+    for path in map(Path, csvs):
+        with open(path, newline="") as f:
+            rows += [{k: _number(v) for k, v in r.items()} for r in csv.DictReader(f)]
+        parts.append(json.loads(path.with_name(path.stem + "_summary.json").read_text()))
+    order = {c.name: i for i, c in enumerate(cases())}
+    rows.sort(key=lambda r: order.get(r["plan"], len(order)))
+    summary = summarise(rows, {"merged_from": [Path(c).name for c in csvs], "parts": parts})
+    write(rows, summary, out, stem)
+    return verdict(summary)
+
+
+def _number(text: str):
+    try:
+        return int(text)
+    except ValueError:
+        try:
+            return float(text)
+        except ValueError:
+            return text
+
+
+def _device_name(device: str) -> str:
+    if device == "cpu":
+        return f"cpu ({platform.processor() or platform.machine()})"
+    import torch
+    return f"{device} ({torch.cuda.get_device_name(torch.device(device))}, torch {torch.__version__})"
 
 
 def write(rows: list[dict], summary: dict, out: Path, stem: str) -> None:

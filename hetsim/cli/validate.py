@@ -3,6 +3,9 @@ the executor, and print predicted vs measured throughput, per-stage times and st
 
 This host is described as one node whose devices are ranks sharing its cores (`shared_cores`); the
 plan's GPUs are mapped onto those rank slots in plan order. torch loads only when this command runs.
+With `--device cuda` the ranks compute on this host's GPUs (executor.placement): a GPU per stage rank
+when there are enough, else all on GPU 0, whose measured concurrency (executor.colocation.
+gpu_concurrency) is then the node's `shared_cores`; the profile is timed on the GPU.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--link-GBps", type=float, default=None, help="gloo loopback bandwidth (default: measured)")
     p.add_argument("--latency-us", type=float, default=None, help="gloo message latency (default: measured)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cpu", help="cpu (default) or cuda: where the ranks compute")
     p.add_argument("--out", default=None, metavar="DIR", help="write prediction/ and measurement/ reports here")
 
 
@@ -80,14 +84,15 @@ def available_cores(seconds: float = 1.0) -> float:
     return round(cpu / seconds, 2)
 
 
-def host_cluster(n_ranks: int, cores: float, link_Bps: float, latency_s: float,
-                 colocated_work: float = 1.0) -> Cluster:
+def host_cluster(n_ranks: int, cores: float | None, link_Bps: float, latency_s: float,
+                 colocated_work: float = 1.0, device_type: GpuType = CPU_TYPE) -> Cluster:
     """This machine: one node with `n_ranks` CPU rank slots host/gpu0.. sharing `cores` cores, linked
     by gloo over loopback with the given bandwidth and per-message latency; compute costs
-    `colocated_work` times its profiled CPU work there (see executor.colocation)."""
-    slots = tuple(GpuSlot(id=f"host/gpu{i}", node="host", index=i, type=CPU_TYPE) for i in range(n_ranks))
+    `colocated_work` times its profiled CPU work there (see executor.colocation). On CUDA the slots
+    are of `device_type` and `cores` is how many ranks the shared GPU runs at once (None: a GPU each)."""
+    slots = tuple(GpuSlot(id=f"host/gpu{i}", node="host", index=i, type=device_type) for i in range(n_ranks))
     link = LinkSpec(kind="loopback", bandwidth_Bps=link_Bps, latency_s=latency_s)
-    name = f"this_host_{cores}_cores_{latency_s * 1e6:.0f}us_work_x{colocated_work:.3f}"
+    name = f"this_host_{cores if cores is not None else 'dedicated'}_cores_{latency_s * 1e6:.0f}us_work_x{colocated_work:.3f}"
     return Cluster(name=name, nodes=(Node(name="host", gpus=slots, intra_link=link, shared_cores=cores,
                                           colocated_work=colocated_work),),
                    network=link, ps_nodes=("host",), description="this host; devices are executor ranks")
@@ -107,6 +112,15 @@ def with_optimizer_costs(profile: ModelProfile, per_layer_s: list[float], device
     layers = tuple(replace(l, bwd_s={**l.bwd_s, device_type: l.bwd_s[device_type] + extra})
                    for l, extra in zip(profile.layers, per_layer_s))
     return replace(profile, layers=layers, source=profile.source + " + measured optimiser work in bwd_s")
+
+
+def cuda_type(device: str = "cuda") -> GpuType:
+    """This host's GPU as a GpuType keyed "cuda" (the profile measured here uses that key)."""
+    import torch
+    props = torch.cuda.get_device_properties(torch.device(device))
+    return GpuType(name="cuda", display_name=props.name, memory_bytes=props.total_memory,
+                   memory_bandwidth_Bps=1e12, peak_fp32_flops=1e13, peak_fp16_flops=1e13,
+                   sources=("placeholder rates: executor runs use profiles measured on this GPU",))
 
 
 def cpu_time_profile(model: str, batch: int, repeats: int, model_kwargs: dict) -> ModelProfile:
@@ -134,53 +148,87 @@ def validate_plan(plan: Plan, *, model: str | None = None, model_kwargs: dict | 
                   warmup_waves: int | None = None, slowdown: dict[str, float] | None = None, cores: int | None = None,
                   link_Bps: float | None = None, latency_s: float | None = None, seed: int = 0,
                   profile_repeats: int = 5, colocated_work: float | None = None,
-                  profile: ModelProfile | None = None):
+                  profile: ModelProfile | None = None, device: str = "cpu"):
     """(prediction, measurement) of one plan on this host, predicted from profiles measured here
     just before and just after the run (`bracketed`; or `profile`, measured earlier on this host at
     the plan's minibatch size, with the optimiser's work measured at both ends). `warmup_waves`
     defaults to `default_warmup(waves)`; `colocated_work` to the factor measured now for the plan's
-    stages (executor.colocation; 1.0 for one stage rank)."""
+    stages (executor.colocation; 1.0 for one stage rank). `device` "cuda" runs the ranks on GPUs
+    (see the module docstring; `cores` then means the shared GPU's concurrency)."""
     import hetsim
     from executor import ExecOptions, launch
     from executor.calibrate import optimizer_seconds
 
+    from executor.placement import gpu_count
+    ExecOptions(device=device)                          # a malformed device string is named here
+    if device != "cpu" and gpu_count() == 0:
+        raise HetsimError(f"--device {device}: torch sees no CUDA device on this host; use cpu")
     plan, names = onto_host(plan)
     model = model or plan.model
     warmup_waves = default_warmup(waves) if warmup_waves is None else warmup_waves
     slowdown = {names.get(g, g): f for g, f in (slowdown or {}).items()}
-    if link_Bps is None or latency_s is None:
-        from executor.calibrate import link_speed
-        measured_latency, measured_Bps = link_speed()
-        link_Bps, latency_s = link_Bps or measured_Bps, latency_s if latency_s is not None else measured_latency
-    if colocated_work is None:
-        from executor.colocation import colocation_factor
-        stages = [s for vw in plan.virtual_workers for s in vw.stages]
-        colocated_work = colocation_factor(model, [s.layers for s in stages], batch=plan.minibatch_size,
-                                           model_kwargs=model_kwargs,
-                                           slowdowns=[slowdown.get(s.gpu, 1.0) for s in stages])
-    cluster = host_cluster(len(names), cores or available_cores(), link_Bps, latency_s, round(colocated_work, 3))
-
+    cluster = _host_now(plan, model, model_kwargs, slowdown, cores, link_Bps, latency_s, colocated_work, device)
+    key = cluster.gpus[0].type.name
     given = profile
 
     def host_profile() -> ModelProfile:
-        measured = given or cpu_time_profile(model, plan.minibatch_size, profile_repeats, model_kwargs or {})
+        measured = given or _profile(model, plan.minibatch_size, profile_repeats, model_kwargs or {}, device)
         return with_optimizer_costs(measured, optimizer_seconds(
             model, schedule=plan.schedule, nm=plan.nm, wsp=plan.sync.mode == "wsp", bsp=plan.sync.mode == "bsp",
-            model_kwargs=model_kwargs))
+            model_kwargs=model_kwargs, device=device), key)
     before = host_profile()
     measurement = launch(plan, cluster, model, profile=before, model_kwargs=model_kwargs,
                          options=ExecOptions(waves=waves, warmup_waves=warmup_waves, seed=seed,
-                                             slowdown=slowdown, data="random"))
+                                             slowdown=slowdown, data="random", device=device))
     predicted_with = bracketed(before, host_profile(), plan, cluster, waves)
     prediction = hetsim.simulate(cluster, predicted_with, plan, waves=waves, warmup_waves=warmup_waves,
                                  seed=seed, slowdown=slowdown)
     measurement.training["predicted_work_s_per_minibatch"] = {
-        s.gpu: sum(predicted_with.stage_times("cpu", *s.layers)) * cluster.nodes[0].colocated_work
+        s.gpu: sum(predicted_with.stage_times(key, *s.layers)) * cluster.nodes[0].colocated_work
         for vw in plan.virtual_workers for s in vw.stages}
     # Load that came or went during the run is not in the prediction: measure again to tell.
-    measurement.training["cores_available"] = {"before": cluster.nodes[0].shared_cores, "after": available_cores()}
+    if device == "cpu":
+        measurement.training["cores_available"] = {"before": cluster.nodes[0].shared_cores,
+                                                   "after": available_cores()}
+    else:
+        measurement.training["gpu_concurrency"] = cluster.nodes[0].shared_cores
     measurement.training["colocated_work"] = cluster.nodes[0].colocated_work
     return prediction, measurement
+
+
+def _host_now(plan: Plan, model: str, model_kwargs, slowdown, cores, link_Bps, latency_s, colocated_work,
+              device: str) -> Cluster:
+    """This host as it is now: the link, the cores (or the shared GPU's concurrency) and the stages'
+    co-located work measured unless given."""
+    from executor.calibrate import link_speed
+    from executor.placement import gpu_count, uses_nccl
+
+    stages = [s for vw in plan.virtual_workers for s in vw.stages]
+    nccl = uses_nccl(device, "auto", len(stages))
+    if link_Bps is None or latency_s is None:
+        measured_latency, measured_Bps = link_speed(device=device, nccl=nccl and gpu_count() > 1)
+        link_Bps, latency_s = link_Bps or measured_Bps, latency_s if latency_s is not None else measured_latency
+    if device != "cpu":
+        from executor.colocation import gpu_concurrency
+        if cores is None and len(stages) > gpu_count():
+            cores = round(gpu_concurrency(model, [s.layers for s in stages], batch=plan.minibatch_size,
+                                          model_kwargs=model_kwargs, device=device), 2)
+        return host_cluster(len(dict.fromkeys(plan.gpus)), cores, link_Bps, latency_s, colocated_work or 1.0, cuda_type(device))
+    if colocated_work is None:
+        from executor.colocation import colocation_factor
+        colocated_work = colocation_factor(model, [s.layers for s in stages], batch=plan.minibatch_size,
+                                           model_kwargs=model_kwargs,
+                                           slowdowns=[slowdown.get(s.gpu, 1.0) for s in stages])
+    return host_cluster(len(dict.fromkeys(plan.gpus)), cores or available_cores(), link_Bps, latency_s, round(colocated_work, 3))
+
+
+def _profile(model: str, batch: int, repeats: int, model_kwargs: dict, device: str) -> ModelProfile:
+    """Per-layer seconds on this host: thread CPU seconds on CPU, CUDA events on a GPU (key "cuda")."""
+    if device == "cpu":
+        return cpu_time_profile(model, batch, repeats, model_kwargs)
+    import modelzoo.profiler as profiler
+    return profiler.measure_profile(model, batch, device=device, device_type="cuda", threads=1, repeats=repeats,
+                                    **model_kwargs)
 
 
 def bracketed(before: ModelProfile, after: ModelProfile, plan: Plan, cluster: Cluster, waves: int) -> ModelProfile:
@@ -214,7 +262,7 @@ def work_rows(measurement) -> list:
     """Per rank: profiled CPU work per minibatch vs the CPU work the executor's ranks measured (thread
     CPU time of forward, backward and optimiser, without emulation): independent of host load."""
     from hetsim.compare import Comparison
-    cpu = measurement.training["compute_cpu_s_per_minibatch"]
+    cpu = measurement.training["compute_work_s_per_minibatch"]
     return [Comparison(metric=f"{g.id} [{g.vw} s{g.stage}] CPU work ms/minibatch",
                        predicted=1e3 * measurement.training["predicted_work_s_per_minibatch"][g.id],
                        measured=1e3 * cpu[g.id]) for g in measurement.gpus]
@@ -229,7 +277,8 @@ def run(args: argparse.Namespace) -> int:
     plan = hetsim.load_plan(args.plan)
     if args.cores is not None and args.cores <= 0:
         raise HetsimError(f"--cores: must be > 0, got {args.cores}")
-    args.cores = args.cores or available_cores()
+    if args.device == "cpu":
+        args.cores = args.cores or available_cores()
     if args.colocated_work is not None and args.colocated_work <= 0:
         raise HetsimError(f"--colocated-work: must be > 0, got {args.colocated_work}")
     prediction, measurement = validate_plan(
@@ -237,10 +286,16 @@ def run(args: argparse.Namespace) -> int:
         warmup_waves=args.warmup_waves, slowdown=_slowdowns(args.slowdown), cores=args.cores,
         link_Bps=args.link_GBps * 1e9 if args.link_GBps else None,
         latency_s=args.latency_us * 1e-6 if args.latency_us is not None else None, seed=args.seed,
-        colocated_work=args.colocated_work)
-    print(f"validate: plan {plan.name} on this host ({args.cores} of {os.cpu_count()} cores available, shared by "
-          f"{len(measurement.gpus)} stage ranks, compute x{measurement.training['colocated_work']} co-located), "
-          f"{args.waves} waves, {measurement.settings['warmup_waves']} warm-up")
+        colocated_work=args.colocated_work, device=args.device)
+    if args.device == "cpu":
+        where = (f"{args.cores} of {os.cpu_count()} cores available, shared by {len(measurement.gpus)} stage ranks, "
+                 f"compute x{measurement.training['colocated_work']} co-located")
+    else:
+        shared = measurement.training["gpu_concurrency"]
+        where = (f"{len(measurement.gpus)} stage ranks on {args.device}, "
+                 + (f"one GPU shared, concurrency {shared}" if shared else "a GPU each"))
+    print(f"validate: plan {plan.name} on this host ({where}), {args.waves} waves, "
+          f"{measurement.settings['warmup_waves']} warm-up")
     print(format_comparison(compare_reports(prediction, measurement) + work_rows(measurement)))
     for note in measurement.notes[1:]:
         print(f"note: {note}")

@@ -127,20 +127,20 @@ def test_pending_sends_wait_for_the_oldest_beyond_the_limit():
     assert waited == [0, 1, 2, 3, 4] and len(sends) == 0
 
 
-def test_cpu_per_minibatch_counts_each_kind_once_per_minibatch_whatever_the_window_cuts():
-    from executor.measure import _cpu_per_minibatch
+def test_work_per_minibatch_counts_each_kind_once_per_minibatch_whatever_the_window_cuts():
+    from executor.measure import _work_per_minibatch
     from executor.record import RankRecord
 
     rec = RankRecord(rank=0, perf0=0.0, wall0=0.0)
     t = 0.0
     for wave in range(6):                   # Nm = 2: F, B per minibatch, one STEP per wave
         for mb in (2 * wave, 2 * wave + 1):
-            rec.cpu += [(t + 1, f"F{mb}", 0.010), (t + 2, f"B{mb}", 0.020)]
+            rec.work += [(t + 1, f"F{mb}", 0.010), (t + 2, f"B{mb}", 0.020)]
             t += 2
-        rec.cpu.append((t + 0.5, f"STEP{wave}", 0.004))
+        rec.work.append((t + 0.5, f"STEP{wave}", 0.004))
         t += 0.5
     # The window cuts between a forward and its backward at both ends.
-    assert _cpu_per_minibatch(rec, 0.0, 5.5, 24.5) == pytest.approx(0.010 + 0.020 + 0.004 / 2)
+    assert _work_per_minibatch(rec, 0.0, 5.5, 24.5) == pytest.approx(0.010 + 0.020 + 0.004 / 2)
 
 
 def _exit_with(code: int) -> None:
