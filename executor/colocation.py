@@ -17,7 +17,7 @@ like the profile, before the run it predicts, and never from the run itself.
 
 On CUDA the ranks' processes share GPUs rather than cores, and what matters is how much work a
 shared GPU sustains at once: `gpu_concurrency` runs the same probes on the GPU (steps timed on the
-wall clock up to a synchronisation) and sums each stage's speed together over its speed alone. A
+wall clock, up to a synchronisation) and sums each stage's speed together over its speed alone. A
 GPU that runs one rank's large kernels at a time gives about 1 (time-slicing); small, launch-bound
 stages overlap and give up to the number of stages. hetsim's simulator shares the node's capacity
 among busy ranks with that many `shared_cores`.
@@ -43,7 +43,8 @@ def colocation_factor(model: str, stages: list[tuple[int, int]], *, batch: int, 
     plus process start-up; 1.0 for one stage."""
     if len(stages) < 2:
         return 1.0
-    results = _probes(model, stages, batch, model_kwargs, slowdowns or [1.0] * len(stages), seconds, rounds, "cpu")
+    results = _probes(model, stages, batch, model_kwargs, slowdowns or [1.0] * len(stages), seconds, rounds, "cpu",
+                      wall=False)
     ratios = [sum(r[k][1] for r in results) / sum(r[k][0] for r in results) for k in range(rounds)]
     return statistics.fmean(ratios)
 
@@ -54,20 +55,20 @@ def gpu_concurrency(model: str, stages: list[tuple[int, int]], *, batch: int, de
     the sum over stages of step time alone over step time together, between 1 and len(stages)."""
     if len(stages) < 2:
         return 1.0
-    results = _probes(model, stages, batch, model_kwargs, [1.0] * len(stages), seconds, rounds, device)
+    results = _probes(model, stages, batch, model_kwargs, [1.0] * len(stages), seconds, rounds, device, wall=True)
     sums = [sum(r[k][0] / r[k][1] for r in results) for k in range(rounds)]
     return min(max(statistics.fmean(sums), 1.0), float(len(stages)))
 
 
-def _probes(model, stages, batch, model_kwargs, slowdowns, seconds, rounds, device) -> list:
-    """Each probe's [(alone, together)] per round."""
+def _probes(model, stages, batch, model_kwargs, slowdowns, seconds, rounds, device, wall: bool) -> list:
+    """Each probe's [(alone, together)] per round: a step's work (`wall` False), or its wall time."""
     if seconds <= 0 or rounds < 1:
         raise ValueError(f"seconds must be > 0 and rounds >= 1, got {seconds} and {rounds}")
     import torch.multiprocessing as mp
     ctx = mp.get_context("spawn")
     barrier, out = ctx.Barrier(len(stages)), ctx.Queue()
     procs = [ctx.Process(target=_probe, args=(i, model, lo, hi, batch, dict(model_kwargs or {}), slowdowns[i],
-                                              seconds, rounds, barrier, out, device))
+                                              seconds, rounds, barrier, out, device, wall))
              for i, (lo, hi) in enumerate(stages)]
     for p in procs:
         p.start()
@@ -78,7 +79,7 @@ def _probes(model, stages, batch, model_kwargs, slowdowns, seconds, rounds, devi
 
 
 def _probe(i: int, model: str, lo: int, hi: int, batch: int, model_kwargs: dict, slowdown: float,
-           seconds: float, rounds: int, barrier, out, device: str = "cpu") -> None:
+           seconds: float, rounds: int, barrier, out, device: str = "cpu", wall: bool = False) -> None:
     from executor.emulation import Emulation
     from executor.placement import CPU, Placement
     from modelzoo.allocator import steady_allocator
@@ -86,16 +87,16 @@ def _probe(i: int, model: str, lo: int, hi: int, batch: int, model_kwargs: dict,
     torch.set_num_threads(1)
     step = _stage_step(model, lo, hi, batch, model_kwargs, device)
     emulation = Emulation(slowdown, CPU if device == "cpu" else Placement(torch.device(device), torch.device("cpu")))
-    _work_per_step(step, emulation, 0.2)       # warm: first passes fault in memory later ones reuse
+    _work_per_step(step, emulation, 0.2, wall)       # warm: first passes fault in memory later ones reuse
     results = []
     for _ in range(rounds):
         alone = None
         for turn in range(barrier.parties):   # each alone in turn, the others waiting
             barrier.wait()
             if turn == i:
-                alone = _work_per_step(step, emulation, seconds)
+                alone = _work_per_step(step, emulation, seconds, wall)
         barrier.wait()
-        results.append((alone, _work_per_step(step, emulation, 2 * seconds)))
+        results.append((alone, _work_per_step(step, emulation, 2 * seconds, wall)))
         barrier.wait()
     out.put(results)
 
@@ -127,13 +128,16 @@ def _stage_step(model: str, lo: int, hi: int, batch: int, model_kwargs: dict, de
     return step
 
 
-def _work_per_step(step, emulation, seconds: float) -> float:
-    """Median seconds of one step's work (not its emulated spin) over `seconds` of wall time (at
-    least 3 steps): thread CPU seconds on CPU, wall seconds up to a synchronisation on CUDA."""
+def _work_per_step(step, emulation, seconds: float, wall: bool) -> float:
+    """Seconds of one step (not its emulated spin) over `seconds` of wall time (at least 3 steps):
+    the median by emulation.clock (thread CPU seconds on CPU, wall seconds up to a synchronisation
+    on CUDA), or with `wall` the mean by the wall clock after a synchronisation (a rate: under
+    time-slicing most steps run whole and a few wait for a slice, which a median would miss)."""
+    clock = (lambda: (emulation.clock(), time.perf_counter())[1]) if wall else emulation.clock
     samples, end = [], time.perf_counter() + seconds
     while time.perf_counter() < end or len(samples) < 3:
-        t0 = emulation.start()
+        t0, work0 = clock(), emulation.start()
         step()
-        samples.append(emulation.clock() - t0)
-        emulation.stretch(t0)
-    return statistics.median(samples)
+        samples.append(clock() - t0)
+        emulation.stretch(work0)
+    return statistics.fmean(samples) if wall else statistics.median(samples)

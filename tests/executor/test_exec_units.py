@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -173,3 +174,14 @@ def test_optimizer_work_is_spread_over_the_layers_with_weights(schedule, nm, wsp
     assert len(per_layer) == len(graph) and sum(per_layer) > 0
     assert [s == 0 for s in per_layer] == [n == 0 for n in numel]           # ReLUs have no optimiser work
     assert per_layer[0] / numel[0] == pytest.approx(per_layer[-1] / numel[-1])
+
+
+def test_shared_device_concurrency_is_about_the_cores_when_stages_outnumber_them():
+    """gpu_concurrency's measure on CPU ranks: three busy stage processes on this host run about as
+    many at full speed as there are cores (it is what a one-GPU host's shared_cores becomes)."""
+    from executor.colocation import gpu_concurrency
+    stages = [(0, 4), (4, 6), (6, 9)]
+    c = gpu_concurrency("mlp", stages, batch=64, device="cpu", model_kwargs={"hidden": 512}, seconds=0.3)
+    assert 1.0 <= c <= min(len(stages), os.cpu_count()) * 1.1
+    if os.cpu_count() == 2:
+        assert c >= 1.5                   # two cores' worth, less what co-location costs
