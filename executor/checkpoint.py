@@ -32,8 +32,9 @@ def save_stage(directory: str, rank: int, wave: int, state: dict) -> None:
         old.unlink()
 
 
-def load_stage(directory: str, rank: int, wave: int) -> dict:
-    return torch.load(_path(directory, rank, wave), weights_only=False)
+def load_stage(directory: str, rank: int, wave: int, device: torch.device | str = "cpu") -> dict:
+    """A saved state with its tensors on `device` (the rank's now, whichever device saved them)."""
+    return torch.load(_path(directory, rank, wave), weights_only=False, map_location=device)
 
 
 def last_common_wave(directory: str, ranks: list[int]) -> int | None:

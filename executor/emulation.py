@@ -31,6 +31,8 @@ class Emulation:
             raise ValueError(f"slowdown must be > 0, got {factor}")
         self.factor, self.placement = factor, placement
         self._cycles_per_s: float | None = None
+        if placement.cuda and factor > 1.0:
+            self._gpu_cycles_per_s()           # now, not inside the first minibatch's stretch
 
     def clock(self) -> float:
         """Seconds of work so far: the thread's CPU clock, or on CUDA the wall clock once the GPU's

@@ -78,6 +78,8 @@ def rank_main(rank: int, world_size: int, job: Job, init_method: str, records_pa
 
 def _child(rank: int, world_size: int, job: Job, init_method: str, tmp: str) -> None:
     error_path = Path(tmp) / f"error{rank}.txt"
+    for name in ("LOCAL_RANK", "LOCAL_WORLD_SIZE"):    # a torchrun parent's: these ranks are ours
+        os.environ.pop(name, None)
     try:
         rank_main(rank, world_size, job, init_method, os.path.join(tmp, "records.pkl"),
                   on_exit=error_path.write_text)

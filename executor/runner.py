@@ -187,6 +187,7 @@ class StageRank:
         dist.all_reduce(wire, group=self.group)
         if wire is not flat:
             flat.copy_(wire)
+        self.placement.synchronize()         # NCCL: the host goes on at once; the wait belongs here
         self.model.scale_wave(1.0 / self.n_vw)
         self.rec.span(f"allreduce {wave}", "sync", t0, time.perf_counter())
 

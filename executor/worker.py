@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import time
 from dataclasses import dataclass
+from datetime import timedelta
 from types import SimpleNamespace
 
 import torch
@@ -87,7 +88,8 @@ def _check_supported(job: Job) -> None:
     if device.startswith("cuda:") and int(device[5:]) >= gpu_count():
         raise PlanError(f"executor: device {device!r}: this host has {gpu_count()} CUDA device(s)")
     n_stages = sum(len(vw.stages) for vw in job.plan.virtual_workers)
-    if job.options.backend == "nccl" and n_stages > gpu_count():
+    one_gpu = device.startswith("cuda:") and n_stages > 1          # every rank on the GPU named
+    if job.options.backend == "nccl" and (n_stages > gpu_count() or one_gpu):
         raise PlanError(f"executor: backend nccl needs a GPU per stage rank (NCCL refuses two ranks on one "
                         f"GPU); plan {job.plan.name} has {n_stages} stage ranks and this host {gpu_count()} GPU(s)")
 
@@ -128,6 +130,8 @@ def run_rank(rank: int, job: Job, record: RankRecord) -> RankRecord:
     record.perf0, record.wall0 = time.perf_counter(), time.time()
     groups = _bsp_groups(job, layout, nccl)
     p2p = _p2p_groups(job, layout) if nccl else {}
+    if nccl:
+        _connect(rank, groups, p2p, layout, placement)
     if role.kind == "ps":
         _serve(job, layout, graph, numel, shards, role.ps_index)
     elif role.kind == "scheduler":
@@ -156,8 +160,9 @@ def _bsp_groups(job: Job, layout: RankLayout, nccl: bool) -> dict[int, object]:
     if job.plan.sync.mode != "bsp":
         return {}
     n_stages = len(job.plan.virtual_workers[0].stages)
+    timeout = timedelta(seconds=job.options.timeout_s) if nccl else None
     return {s: dist.new_group([layout.stage_rank(v, s) for v in range(len(job.plan.virtual_workers))],
-                              backend="nccl" if nccl else None)
+                              backend="nccl" if nccl else None, timeout=timeout)
             for s in range(n_stages)}
 
 
@@ -166,13 +171,31 @@ def _p2p_groups(job: Job, layout: RankLayout) -> dict[tuple[int, int], object]:
     operations in the order they were posted, so with one communicator for both directions a receive
     posted ahead for a gradient would hold up the activation sent the other way until the gradient
     came, which needs that activation first. Every rank must create them, in the same order."""
-    groups = {}
+    groups, timeout = {}, timedelta(seconds=job.options.timeout_s)
     for v, vw in enumerate(job.plan.virtual_workers):
         for s in range(len(vw.stages) - 1):
             a, b = layout.stage_rank(v, s), layout.stage_rank(v, s + 1)
-            groups[(a, b)] = dist.new_group([a, b], backend="nccl")
-            groups[(b, a)] = dist.new_group([a, b], backend="nccl")
+            groups[(a, b)] = dist.new_group([a, b], backend="nccl", timeout=timeout)
+            groups[(b, a)] = dist.new_group([a, b], backend="nccl", timeout=timeout)
     return groups
+
+
+def _connect(rank: int, bsp: dict, p2p: dict, layout: RankLayout, placement: Placement) -> None:
+    """Set up every NCCL communicator now, in creation order. NCCL sets one up at its first operation
+    and blocks until both ends arrive; left to the schedule, stage 0 would first post a receive on
+    the gradient link and stage 1 one on the activation link, each waiting for the other forever."""
+    if not placement.cuda:
+        return                                   # parameter servers, the scheduler: in no NCCL group
+    one = torch.zeros(1, device=placement.compute)
+    for s, group in bsp.items():
+        if rank in {r.rank for r in layout.stage_ranks if r.stage == s}:
+            dist.all_reduce(one, group=group)
+    for (src, dst), group in p2p.items():
+        if rank == src:
+            dist.send(one, dst, group=group)
+        elif rank == dst:
+            dist.recv(one, src, group=group)
+    placement.synchronize()
 
 
 def _serve(job: Job, layout: RankLayout, graph, numel, shards, j: int) -> None:
@@ -235,7 +258,7 @@ def _stage(job: Job, layout, role, graph, example, values, numel, shards, record
     actions = job.schedules()[vw].stages[s]
     start = 0
     if resume is not None:
-        _restore(runner, load_stage(opts.checkpoint_dir, role.rank, resume))
+        _restore(runner, load_stage(opts.checkpoint_dir, role.rank, resume, placement.compute))
         start = actions.index(Action("STEP", resume)) + 1
     runner.run(actions, start)
     record.versions = model.versions
