@@ -45,7 +45,6 @@ class StageRank:
         self.placement = placement
         # NCCL: one communicator per direction of each link (see executor.worker._p2p_groups).
         self.p2p_groups = p2p_groups or {}
-        self.me = rank
         self.checkpoint = checkpoint          # callable(wave) after each STEP, or None
         self.rank, self.fault = rank, fault
         self.applied = 0                  # own minibatches whose updates are in the local weights
@@ -110,7 +109,7 @@ class StageRank:
 
     # point to point ------------------------------------------------------------------------------
     def _send(self, kind: str, mb: int, dst: int) -> None:
-        group = self.p2p_groups.get((self.me, dst))
+        group = self.p2p_groups.get((self.rank, dst))
         for j, tensor in enumerate(self._outbox.pop((kind, mb))):
             self._sends.add(dist.isend(self.placement.to_wire(tensor.contiguous()), dst, tag=mb * 16 + j,
                                        group=group))
@@ -123,7 +122,7 @@ class StageRank:
             action, mb = self._pending_recvs.popleft()
             kind, (src, shapes) = action[-1], _RECV_FROM[action](self)
             tensors = tuple(self.placement.empty(shape) for shape in shapes)
-            group = self.p2p_groups.get((src, self.me))
+            group = self.p2p_groups.get((src, self.rank))
             works = [dist.irecv(t, src, tag=mb * 16 + j, group=group) for j, t in enumerate(tensors)]
             self._posted[(kind, mb)] = (src, tensors, works)
 
