@@ -52,7 +52,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--slowdown", action="append", default=[], metavar="GPU=FACTOR",
                    help="EMULATED slowdown of a plan GPU, simulated and executed (busy-wait), repeatable")
     p.add_argument("--cores", type=float, default=None,
-                   help="cores the ranks share (default: measured, the host's cores minus other load)")
+                   help="cores the ranks share (default: measured, the host's cores minus other load); "
+                        "with --device cuda, how many stage ranks a shared GPU runs at once (default: measured)")
     p.add_argument("--colocated-work", type=float, default=None, metavar="FACTOR",
                    help="CPU work of the stages run together over run alone (default: measured, "
                         "executor.colocation; 1.0 for one stage rank)")
