@@ -126,8 +126,8 @@ def _exchange_host(rank: int, peer: int, size: int, count: int, times: list, _pl
     """Ping-pong of host tensors, each large message into a fresh buffer (as the executor receives:
     writing into new memory faults its pages in, which a reused buffer never does; 4 MiB here: about
     1.7 GB/s fresh against 2.3-3.1 GB/s reused). The suite's accuracy rests on this exact loop: one
-    that sent written memory instead read 2.5-3.4 GB/s against 2.0-2.9 and made every plan's
-    prediction optimistic (README, "What is left")."""
+    that sent written memory instead read 2.2-3.4 GB/s (median 2.8) against 2.0-2.9 (median 2.3)
+    and made every plan's prediction optimistic (README, "What is left")."""
     import torch.distributed as dist
     buf = torch.zeros(size)
     for k in range(count + 1):
