@@ -49,10 +49,10 @@ def _measure(model: str, schedule: str, nm: int, wsp: bool, bsp: bool, repeats: 
     forward is in flight at each update, so its stash makes the update write new weight tensors, as
     it does in the executor. Only the optimiser's work is timed."""
     from executor.emulation import Emulation
-    from executor.placement import CPU, Placement
+    from executor.placement import staged
     from executor.worker import layer_values
 
-    clock = Emulation(1.0, CPU if device == "cpu" else Placement(torch.device(device), torch.device("cpu"))).clock
+    clock = Emulation(1.0, staged(device)).clock
     torch.manual_seed(0)
     net, example = modelzoo.build(model, batch=1, **model_kwargs)
     graph = modelzoo.layer_graph(net)

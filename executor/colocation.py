@@ -81,12 +81,12 @@ def _probes(model, stages, batch, model_kwargs, slowdowns, seconds, rounds, devi
 def _probe(i: int, model: str, lo: int, hi: int, batch: int, model_kwargs: dict, slowdown: float,
            seconds: float, rounds: int, barrier, out, device: str = "cpu", wall: bool = False) -> None:
     from executor.emulation import Emulation
-    from executor.placement import CPU, Placement
+    from executor.placement import staged
     from modelzoo.allocator import steady_allocator
     steady_allocator()                        # as every executor rank
     torch.set_num_threads(1)
     step = _stage_step(model, lo, hi, batch, model_kwargs, device)
-    emulation = Emulation(slowdown, CPU if device == "cpu" else Placement(torch.device(device), torch.device("cpu")))
+    emulation = Emulation(slowdown, staged(device))
     _work_per_step(step, emulation, 0.2, wall)       # warm: first passes fault in memory later ones reuse
     results = []
     for _ in range(rounds):

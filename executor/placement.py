@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["Placement", "uses_nccl", "placement_for", "gpu_count"]
+__all__ = ["Placement", "uses_nccl", "placement_for", "gpu_count", "staged"]
 
 
 def gpu_count() -> int:
@@ -78,6 +78,11 @@ class Placement:
 
 
 CPU = Placement(torch.device("cpu"), torch.device("cpu"))
+
+
+def staged(device: str) -> Placement:
+    """A process computing on `device` whose messages go through the host (calibration probes)."""
+    return CPU if device == "cpu" else Placement(torch.device(device), torch.device("cpu"))
 
 
 def placement_for(device: str, rank: int, nccl: bool) -> Placement:
