@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from suite import CUDA_BATCH, CUDA_MODEL_KWARGS, MODEL_KWARGS, cases  # noqa: E402
+from suite import BATCH, CUDA_BATCH, CUDA_MODEL_KWARGS, MODEL_KWARGS, cases  # noqa: E402
 
 from hetsim.cli.validate import WAVES, default_warmup, load_changed, validate_plan, work_rows  # noqa: E402
 from hetsim.compare import compare_reports  # noqa: E402
@@ -120,8 +120,7 @@ def main(argv=None) -> int:
     if args.merge:
         return merge(args.merge, Path(args.out), "validation" + ("_cuda" if args.device != "cpu" else ""))
     cuda = args.device != "cpu"
-    chosen = [c for c in cases(CUDA_BATCH) if c.quick or not args.quick] if cuda else \
-        [c for c in cases() if c.quick or not args.quick]
+    chosen = [c for c in cases(CUDA_BATCH if cuda else BATCH) if c.quick or not args.quick]
     if args.only:
         unknown = set(args.only) - {c.name for c in chosen}
         if unknown:
