@@ -14,7 +14,8 @@ __all__ = ["GpuType", "load_gpu_type", "load_gpu_types"]
 GIB = 1024**3
 
 _FIELDS = {"name", "display_name", "architecture", "memory_gib", "memory_bandwidth_GBps",
-           "peak_fp32_tflops", "peak_fp16_tflops", "host_link", "sources", "notes", "efficiency"}
+           "peak_fp32_tflops", "peak_fp16_tflops", "host_link", "sources", "notes", "efficiency",
+           "framework_reserve_gib"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -31,6 +32,9 @@ class GpuType:
     architecture: str = ""
     sources: tuple[str, ...] = ()
     efficiency: dict[str, float] = field(default_factory=dict, compare=False, hash=False)
+    # Memory a training process holds on this GPU beyond its tensors: CUDA context, cuBLAS/cuDNN
+    # workspaces and the caching allocator's fragmentation (hetsim.memory adds it to every stage).
+    framework_reserve_bytes: int = 0
 
     @property
     def memory_gib(self) -> float:
@@ -56,6 +60,7 @@ def gpu_type_from_fields(f: Fields) -> GpuType:
         host_link=f.text("host_link", "pcie3x16"),
         sources=tuple(sources),
         efficiency=efficiency,
+        framework_reserve_bytes=int(f.number("framework_reserve_gib", 0.0, nonnegative=True) * GIB),
     )
 
 

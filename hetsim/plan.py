@@ -16,17 +16,35 @@ from hetsim.errors import PlanError
 from hetsim.fields import Fields
 
 __all__ = ["StageSpec", "VirtualWorker", "SyncSpec", "Plan", "load_plan", "save_plan",
-           "SCHEDULES", "SYNC_MODES", "ASYNC_SCHEDULES"]
+           "SCHEDULES", "SYNC_MODES", "ASYNC_SCHEDULES", "PRECISIONS", "OPTIMIZERS"]
 
 SCHEDULES = ("gpipe", "1f1b-flush", "1f1b", "hetpipe")
 ASYNC_SCHEDULES = ("1f1b", "hetpipe")        # weight stashing, no flush between waves
 SYNC_MODES = ("none", "wsp", "bsp", "sdpipe")
+# Training precision. fp32: FP32 math on CUDA cores (TF32 off); tf32: FP32 storage, GEMMs in TF32 on
+# tensor cores; fp16 / bf16: mixed precision, activations and GEMMs in 16 bit on tensor cores, with
+# FP32 master weights in the optimizer (hetsim.memory counts the bytes of each).
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+# Optimizer state per parameter: sgd none, momentum one buffer, adam/adamw two (exp_avg, exp_avg_sq).
+OPTIMIZERS = ("sgd", "momentum", "adam", "adamw")
 
 
 @dataclass(frozen=True, kw_only=True)
 class StageSpec:
+    """One stage replica: layers [lo, hi) on `gpu`, or on a tensor-parallel group of GPUs of one node
+    (`gpu` leads it, `tp_gpus` are the others; Megatron-style column/row split of each block)."""
+
     gpu: str
     layers: tuple[int, int]          # [lo, hi) in the profile's layer order
+    tp_gpus: tuple[str, ...] = ()
+
+    @property
+    def tp(self) -> int:
+        return 1 + len(self.tp_gpus)
+
+    @property
+    def members(self) -> tuple[str, ...]:
+        return (self.gpu, *self.tp_gpus)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,26 +92,39 @@ class Plan:
     cluster: str = ""
     notes: str = ""
     optimizer_state_copies: int = 1    # SGD with momentum keeps one extra copy of the weights
+    # When set, memory follows the optimizer and precision (hetsim.memory) instead of the copies above.
+    optimizer: str | None = None
+    precision: str = "fp32"
+    recompute: bool = False            # activation recomputation: a stage keeps only block inputs
 
     @property
     def gpus(self) -> list[str]:
-        return [s.gpu for vw in self.virtual_workers for s in vw.stages]
+        """Every GPU the plan uses, tensor-parallel members included."""
+        return [g for vw in self.virtual_workers for s in vw.stages for g in s.members]
 
     def to_dict(self) -> dict[str, Any]:
         doc = asdict(self)
-        doc["virtual_workers"] = [{"name": vw.name, "stages": [{"gpu": s.gpu, "layers": list(s.layers)}
-                                                               for s in vw.stages]}
+        doc["virtual_workers"] = [{"name": vw.name, "stages": [_stage_doc(s) for s in vw.stages]}
                                   for vw in self.virtual_workers]
+        for key, default in (("optimizer", None), ("precision", "fp32"), ("recompute", False)):
+            if doc[key] == default:
+                del doc[key]        # plans without them stay byte-identical to before
         return doc
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2) + "\n"
 
 
+def _stage_doc(s: StageSpec) -> dict[str, Any]:
+    if s.tp_gpus:
+        return {"gpus": list(s.members), "layers": list(s.layers)}
+    return {"gpu": s.gpu, "layers": list(s.layers)}
+
+
 def plan_from_dict(data: Any, source_name: str = "plan") -> Plan:
     f = Fields(data, source_name)
     f.reject_unknown({"name", "model", "minibatch_size", "nm", "schedule", "sync", "virtual_workers",
-                      "cluster", "notes", "optimizer_state_copies"})
+                      "cluster", "notes", "optimizer_state_copies", "optimizer", "precision", "recompute"})
     vws = []
     for v in f.records("virtual_workers"):
         v.reject_unknown({"name", "stages"})
@@ -109,17 +140,36 @@ def plan_from_dict(data: Any, source_name: str = "plan") -> Plan:
                 schedule=f.text("schedule", choices=SCHEDULES),
                 sync=_sync(f.sub("sync", None) or Fields({}, f.source, "sync")),
                 virtual_workers=tuple(vws),
-                optimizer_state_copies=f.number("optimizer_state_copies", 1, nonnegative=True, integer=True))
+                optimizer_state_copies=f.number("optimizer_state_copies", 1, nonnegative=True, integer=True),
+                optimizer=f.text("optimizer", None, choices=OPTIMIZERS) if f.has("optimizer") else None,
+                precision=f.text("precision", "fp32", choices=PRECISIONS),
+                recompute=_flag(f, "recompute"))
+
+
+def _flag(f: Fields, key: str) -> bool:
+    value = f.raw(key, False)
+    if not isinstance(value, bool):
+        raise f.error(key, f"expected true or false, got {value!r}")
+    return value
 
 
 def _stage(f: Fields) -> StageSpec:
-    f.reject_unknown({"gpu", "layers"})
+    f.reject_unknown({"gpu", "gpus", "layers"})
     layers = f.list("layers")
     if not (len(layers) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in layers)):
         raise f.error("layers", f"expected [first, end) layer indices, got {layers!r}")
     if not 0 <= layers[0] < layers[1]:
         raise f.error("layers", f"{layers!r} must satisfy 0 <= first < end")
-    return StageSpec(gpu=f.text("gpu"), layers=(layers[0], layers[1]))
+    if f.has("gpus") == f.has("gpu"):
+        raise f.error("gpu", "give either gpu (one GPU) or gpus (a tensor-parallel group), not both or neither")
+    if f.has("gpu"):
+        return StageSpec(gpu=f.text("gpu"), layers=(layers[0], layers[1]))
+    group = f.list("gpus")
+    if not group or not all(isinstance(g, str) and g for g in group):
+        raise f.error("gpus", f"expected a list of GPU ids, got {group!r}")
+    if len(set(group)) != len(group):
+        raise f.error("gpus", f"{group!r} names a GPU twice")
+    return StageSpec(gpu=group[0], tp_gpus=tuple(group[1:]), layers=(layers[0], layers[1]))
 
 
 def _sync(f: Fields) -> SyncSpec:

@@ -1,7 +1,10 @@
 """Model profiles: per layer, forward/backward seconds on each GPU type, parameter and activation bytes.
 
 Layers are listed in a topological order of the layer DAG; a pipeline stage is a contiguous range
-[lo, hi) of that order. hetsim's own format is YAML/JSON (this module); PipeDream's graph.txt is read
+[lo, hi) of that order. Times are keyed by GPU type; a key "TYPE@tpN" holds times measured on a
+tensor-parallel group of N GPUs of that type (its all-reduces included), which a TP stage of degree N
+uses as they are. Without one, a TP stage takes the type's own time / N and its all-reduces are
+simulated on the node's links (`tp_allreduce_bytes`). hetsim's own format is YAML/JSON (this module); PipeDream's graph.txt is read
 and written by `hetsim.pipedream_graph`.
 """
 
@@ -20,7 +23,23 @@ from hetsim.data import resolve
 from hetsim.errors import PlanError
 from hetsim.fields import Fields
 
-__all__ = ["LayerProfile", "ModelProfile", "load_profile", "save_profile"]
+__all__ = ["LayerProfile", "ModelProfile", "StageTimes", "load_profile", "save_profile", "tp_key"]
+
+
+def tp_key(gpu_type: str, tp: int) -> str:
+    """The time key of a GPU type in a tensor-parallel group of `tp` (the type itself at tp 1)."""
+    return gpu_type if tp == 1 else f"{gpu_type}@tp{tp}"
+
+
+@dataclass(frozen=True)
+class StageTimes:
+    """A stage's seconds per minibatch on one replica; `measured_tp` when its TP all-reduces are
+    inside the times (measured on a TP group) rather than left to the simulator."""
+
+    fwd_s: float
+    bwd_s: float
+    update_s: float
+    measured_tp: bool
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,6 +53,14 @@ class LayerProfile:
     fwd_s: dict[str, float] = field(hash=False)
     bwd_s: dict[str, float] = field(hash=False)
     flops_fwd: float | None = None
+    # Optimizer step seconds for this layer's weights (once per step, not per minibatch), by time key.
+    update_s: dict[str, float] = field(default_factory=dict, hash=False)
+    # Bytes autograd keeps for backward per minibatch (None: unknown, fall back to output bytes), and
+    # the part of them that every member of a tensor-parallel group keeps whole (norm inputs, masks).
+    saved_bytes: int | None = None
+    saved_replicated_bytes: int = 0
+    # Bytes each forward (and again each backward) all-reduces inside a tensor-parallel group.
+    tp_allreduce_bytes: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,11 +74,15 @@ class ModelProfile:
     flop_convention: str = "FLOPs count a multiply-add as 2 (torch.utils.flop_counter)"
 
     @property
-    def gpu_types(self) -> set[str]:
-        types = set(self.layers[0].fwd_s)
+    def time_keys(self) -> set[str]:
+        keys = set(self.layers[0].fwd_s)
         for layer in self.layers[1:]:
-            types &= set(layer.fwd_s)
-        return types
+            keys &= set(layer.fwd_s)
+        return keys
+
+    @property
+    def gpu_types(self) -> set[str]:
+        return {k.split("@")[0] for k in self.time_keys}
 
     @property
     def n_layers(self) -> int:
@@ -71,9 +102,14 @@ class ModelProfile:
         return np.concatenate(([0.0], np.cumsum(np.asarray(values, dtype=float))))
 
     @cached_property
-    def _time_prefix(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    def _time_prefix(self) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
         return {t: (self._prefix([l.fwd_s[t] for l in self.layers]),
-                    self._prefix([l.bwd_s[t] for l in self.layers])) for t in self.gpu_types}
+                    self._prefix([l.bwd_s[t] for l in self.layers]),
+                    self._prefix([l.update_s.get(t, 0.0) for l in self.layers])) for t in self.time_keys}
+
+    @cached_property
+    def _tp_prefix(self) -> np.ndarray:
+        return self._prefix([l.tp_allreduce_bytes for l in self.layers])
 
     @cached_property
     def _param_prefix(self) -> np.ndarray:
@@ -85,9 +121,27 @@ class ModelProfile:
 
     def stage_times(self, gpu_type: str, lo: int, hi: int) -> tuple[float, float]:
         """(forward, backward) seconds of layers [lo, hi) on one GPU type."""
+        t = self.stage_times_tp(gpu_type, lo, hi, 1)
+        return t.fwd_s, t.bwd_s
+
+    def stage_times_tp(self, gpu_type: str, lo: int, hi: int, tp: int) -> StageTimes:
+        """Seconds of layers [lo, hi) on one replica: a GPU, or a tensor-parallel group of `tp`."""
         self.require_gpu_type(gpu_type)
-        fwd, bwd = self._time_prefix[gpu_type]
-        return float(fwd[hi] - fwd[lo]), float(bwd[hi] - bwd[lo])
+        key = tp_key(gpu_type, tp)
+        if key in self._time_prefix:
+            fwd, bwd, upd = self._time_prefix[key]
+            return StageTimes(float(fwd[hi] - fwd[lo]), float(bwd[hi] - bwd[lo]), float(upd[hi] - upd[lo]),
+                              measured_tp=tp > 1)
+        if gpu_type not in self._time_prefix:
+            measured = sorted(k for k in self.time_keys if k.split("@")[0] == gpu_type)
+            raise PlanError(f"profile {self.model}: no times for {gpu_type} at tensor-parallel degree {tp} "
+                            f"(it has {', '.join(measured)}) and no single-GPU times to divide")
+        fwd, bwd, upd = self._time_prefix[gpu_type]
+        return StageTimes(float(fwd[hi] - fwd[lo]) / tp, float(bwd[hi] - bwd[lo]) / tp,
+                          float(upd[hi] - upd[lo]) / tp, measured_tp=False)
+
+    def stage_tp_allreduce_bytes(self, lo: int, hi: int) -> int:
+        return int(self._tp_prefix[hi] - self._tp_prefix[lo])
 
     def stage_param_bytes(self, lo: int, hi: int) -> int:
         return int(self._param_prefix[hi] - self._param_prefix[lo])
@@ -143,6 +197,14 @@ class ModelProfile:
                     "bwd_s": dict(sorted(l.bwd_s.items()))}
             if l.flops_fwd is not None:
                 item["flops_fwd"] = l.flops_fwd
+            if l.update_s:
+                item["update_s"] = dict(sorted(l.update_s.items()))
+            if l.saved_bytes is not None:
+                item["saved_bytes"] = l.saved_bytes
+            if l.saved_replicated_bytes:
+                item["saved_replicated_bytes"] = l.saved_replicated_bytes
+            if l.tp_allreduce_bytes:
+                item["tp_allreduce_bytes"] = l.tp_allreduce_bytes
             layers.append(item)
         chain = all(self.edges[i] == (i, i + 1) for i in range(len(self.edges))) and \
             len(self.edges) == self.n_layers - 1
@@ -181,18 +243,23 @@ def profile_from_dict(data: Any, source_name: str) -> ModelProfile:
 
 
 def _layer(f: Fields) -> LayerProfile:
-    f.reject_unknown({"name", "kind", "param_bytes", "output_bytes", "fwd_s", "bwd_s", "flops_fwd"})
+    f.reject_unknown({"name", "kind", "param_bytes", "output_bytes", "fwd_s", "bwd_s", "flops_fwd",
+                      "update_s", "saved_bytes", "saved_replicated_bytes", "tp_allreduce_bytes"})
     times = {}
-    for key in ("fwd_s", "bwd_s"):
-        sub = f.sub(key)
-        if not sub.data:
+    for key in ("fwd_s", "bwd_s", "update_s"):
+        sub = f.sub(key) if key != "update_s" or f.has(key) else Fields({}, f.source)
+        if not sub.data and key != "update_s":
             raise f.error(key, "must list seconds for at least one GPU type")
         times[key] = {str(t): sub.number(t, nonnegative=True) for t in sub.data}
     return LayerProfile(name=f.text("name"), kind=f.text("kind", ""),
                         param_bytes=f.number("param_bytes", nonnegative=True, integer=True),
                         output_bytes=f.number("output_bytes", nonnegative=True, integer=True),
-                        fwd_s=times["fwd_s"], bwd_s=times["bwd_s"],
-                        flops_fwd=f.number("flops_fwd", None, nonnegative=True))
+                        fwd_s=times["fwd_s"], bwd_s=times["bwd_s"], update_s=times["update_s"],
+                        flops_fwd=f.number("flops_fwd", None, nonnegative=True),
+                        saved_bytes=f.number("saved_bytes", None, nonnegative=True, integer=True),
+                        saved_replicated_bytes=f.number("saved_replicated_bytes", 0, nonnegative=True,
+                                                        integer=True),
+                        tp_allreduce_bytes=f.number("tp_allreduce_bytes", 0, nonnegative=True, integer=True))
 
 
 def load_profile(path: str | Path, *, graph_gpu_type: str = "reference",
