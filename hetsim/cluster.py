@@ -14,7 +14,7 @@ from hetsim.errors import PlanError
 from hetsim.fields import Fields
 from hetsim.gpu import GpuType, gpu_type_from_fields, load_gpu_types
 
-__all__ = ["LinkSpec", "GpuSlot", "Node", "Cluster", "load_cluster", "host_of"]
+__all__ = ["LinkSpec", "GpuSlot", "Node", "NodePath", "Cluster", "load_cluster", "host_of"]
 
 # Usable bytes/s per lane and direction after line encoding (PCI-SIG base specifications).
 PCIE_LANE_Bps = {1: 0.25e9, 2: 0.5e9, 3: 0.985e9, 4: 1.969e9, 5: 3.938e9, 6: 7.563e9}
@@ -50,6 +50,21 @@ class Node:
     # With shared_cores: compute there costs this many times its profiled CPU work, because the
     # processes evict each other's data from the per-core caches (executor.colocation measures it).
     colocated_work: float = 1.0
+    # This node's own network interface, where it differs from the cluster's `network` (a node on a
+    # slower NIC or switch port); None: the cluster's.
+    nic: LinkSpec | None = None
+    # Each GPU has a network interface of its own (GPUDirect rails: DGX, GH200 nodes) with that
+    # bandwidth, rather than all sharing one.
+    nic_per_gpu: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodePath:
+    """A path between two nodes slower than their interfaces (a WAN hop, a congested switch): traffic
+    between them also crosses this link, one capacity per direction."""
+
+    nodes: tuple[str, str]
+    link: LinkSpec
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,6 +74,7 @@ class Cluster:
     network: LinkSpec
     ps_nodes: tuple[str, ...]
     description: str = ""
+    paths: tuple[NodePath, ...] = ()
 
     @property
     def gpus(self) -> tuple[GpuSlot, ...]:
@@ -78,6 +94,10 @@ class Cluster:
                 return node
         raise PlanError(f"cluster {self.name}: no node {name!r}")
 
+    def nic(self, node: str) -> LinkSpec:
+        """The network interface of a node: its own, else the cluster's."""
+        return self.node(node).nic or self.network
+
     @property
     def gpu_types(self) -> dict[str, GpuType]:
         return {g.type.name: g.type for g in self.gpus}
@@ -91,7 +111,7 @@ def host_of(node: str) -> str:
 def load_cluster(path: str | Path, gpu_types: dict[str, GpuType] | None = None) -> Cluster:
     """Load a cluster file (or the name of a shipped one), validating every field once."""
     f = Fields.load(resolve("cluster", path))
-    f.reject_unknown({"name", "description", "network", "nodes", "parameter_servers", "gpu_types"})
+    f.reject_unknown({"name", "description", "network", "nodes", "parameter_servers", "gpu_types", "paths"})
     types = dict(gpu_types) if gpu_types is not None else load_gpu_types()
     for inline in f.records("gpu_types", []):
         gpu = gpu_type_from_fields(inline)
@@ -105,12 +125,22 @@ def load_cluster(path: str | Path, gpu_types: dict[str, GpuType] | None = None) 
     for i, name in enumerate(ps_nodes):
         if name not in names:
             raise f.error(f"parameter_servers[{i}]", f"no node named {name!r}")
+    paths = tuple(_path(p, names) for p in f.records("paths", []))
     return Cluster(name=f.text("name"), description=f.text("description", ""), nodes=nodes,
-                   network=_link(f.sub("network")), ps_nodes=tuple(ps_nodes))
+                   network=_link(f.sub("network")), ps_nodes=tuple(ps_nodes), paths=paths)
+
+
+def _path(f: Fields, names: list[str]) -> NodePath:
+    ends = f.list("nodes")
+    if len(ends) != 2 or ends[0] == ends[1] or not all(e in names for e in ends):
+        raise f.error("nodes", f"expected two different node names of this cluster, got {ends!r}")
+    link = {k: v for k, v in f.data.items() if k != "nodes"}
+    link.setdefault("kind", "ethernet")
+    return NodePath(nodes=(ends[0], ends[1]), link=_link(Fields(link, f.source, f.where())))
 
 
 def _node(f: Fields, types: dict[str, GpuType]) -> Node:
-    f.reject_unknown({"name", "gpus", "intra_link", "shared_cores", "colocated_work"})
+    f.reject_unknown({"name", "gpus", "intra_link", "shared_cores", "colocated_work", "network", "nic_per_gpu"})
     name = f.text("name")
     if "/" in name:
         raise f.error("name", f"{name!r} must not contain '/'")
@@ -129,8 +159,12 @@ def _node(f: Fields, types: dict[str, GpuType]) -> Node:
     colocated = f.number("colocated_work", 1.0, positive=True)
     if colocated != 1.0 and cores is None:
         raise f.error("colocated_work", "applies to processes sharing cores; set shared_cores too")
+    nic = _link(f.sub("network")) if f.has("network") else None
+    per_gpu = f.raw("nic_per_gpu", False)
+    if not isinstance(per_gpu, bool):
+        raise f.error("nic_per_gpu", f"expected true or false, got {per_gpu!r}")
     return Node(name=name, gpus=tuple(slots), intra_link=_link(f.sub("intra_link")), shared_cores=cores,
-                colocated_work=colocated)
+                colocated_work=colocated, nic=nic, nic_per_gpu=per_gpu)
 
 
 def _link(f: Fields) -> LinkSpec:

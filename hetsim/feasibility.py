@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hetsim.cluster import Cluster
 from hetsim.errors import PlanError
-from hetsim.memory import GIB, StageMemory, stage_memory
+from hetsim.memory import GIB, MemorySettings, StageMemory, stage_memory
 from hetsim.plan import ASYNC_SCHEDULES, Plan, VirtualWorker
 from hetsim.profile import ModelProfile
 from hetsim.schedule import Schedule, build_schedule
@@ -23,13 +23,14 @@ def check_plan(plan: Plan, cluster: Cluster, profile: ModelProfile, waves: int =
     memory = plan_memory(plan, cluster, profile, waves)
     for vw in plan.virtual_workers:
         for s, stage in enumerate(vw.stages):
-            gpu = cluster.gpu(stage.gpu)
-            need = memory[stage.gpu]
-            if need.total_bytes > gpu.type.memory_bytes:
-                raise PlanError(
-                    f"plan: stage {s} of {vw.name} on {gpu.id} ({gpu.type.display_name}, "
-                    f"{gpu.type.memory_gib:.1f} GiB) needs {need.total_bytes / GIB:.2f} GiB "
-                    f"({need.describe()}); lower Nm or add a stage")
+            for member in stage.members:
+                gpu = cluster.gpu(member)
+                need = memory[member]
+                if need.total_bytes > gpu.type.memory_bytes:
+                    raise PlanError(
+                        f"plan: stage {s} of {vw.name} on {gpu.id} ({gpu.type.display_name}, "
+                        f"{gpu.type.memory_gib:.1f} GiB) needs {need.total_bytes / GIB:.2f} GiB "
+                        f"({need.describe()}); lower Nm, add a stage or raise tensor parallelism")
     return memory
 
 
@@ -55,12 +56,15 @@ def vw_schedule(plan: Plan, vw: VirtualWorker, cluster: Cluster, profile: ModelP
 def plan_memory(plan: Plan, cluster: Cluster, profile: ModelProfile, waves: int = 4) -> dict[str, StageMemory]:
     """Peak memory of every GPU in the plan, from the in-flight counts of its schedule."""
     out = {}
+    settings = MemorySettings.of(plan)
     for vw in plan.virtual_workers:
         schedule = vw_schedule(plan, vw, cluster, profile, waves)
         for s, stage in enumerate(vw.stages):
-            out[stage.gpu] = stage_memory(profile, *stage.layers, in_flight=schedule.in_flight(s),
-                                          asynchronous=plan.schedule in ASYNC_SCHEDULES,
-                                          optimizer_state_copies=plan.optimizer_state_copies)
+            for member in stage.members:
+                out[member] = stage_memory(profile, *stage.layers, in_flight=schedule.in_flight(s),
+                                           asynchronous=plan.schedule in ASYNC_SCHEDULES,
+                                           settings=settings, tp=stage.tp,
+                                           reserve_bytes=cluster.gpu(member).type.framework_reserve_bytes)
     return out
 
 
@@ -71,9 +75,11 @@ def _check_structure(plan: Plan, cluster: Cluster, profile: ModelProfile) -> Non
         for s, stage in enumerate(vw.stages):
             where = f"plan: {vw.name} stage {s}"
             gpu = cluster.gpu(stage.gpu)
-            if stage.gpu in seen:
-                raise PlanError(f"{where}: GPU {stage.gpu} is already used by {seen[stage.gpu]}")
-            seen[stage.gpu] = f"{vw.name} stage {s}"
+            for member in stage.members:
+                if member in seen:
+                    raise PlanError(f"{where}: GPU {member} is already used by {seen[member]}")
+                seen[member] = f"{vw.name} stage {s}"
+            _check_tp_group(where, stage, cluster)
             profile.require_gpu_type(gpu.type.name)
             lo, hi = stage.layers
             if lo != end:
@@ -83,6 +89,19 @@ def _check_structure(plan: Plan, cluster: Cluster, profile: ModelProfile) -> Non
         if end != profile.n_layers:
             raise PlanError(f"plan: {vw.name} covers layers [0, {end}) but the profile of "
                             f"{profile.model} has {profile.n_layers} layers")
+
+
+def _check_tp_group(where: str, stage, cluster: Cluster) -> None:
+    """A tensor-parallel group all-reduces inside every layer, so it lives in one node, on one GPU type."""
+    lead = cluster.gpu(stage.gpu)
+    for member in stage.tp_gpus:
+        gpu = cluster.gpu(member)
+        if gpu.node != lead.node:
+            raise PlanError(f"{where}: tensor-parallel group {list(stage.members)} spans nodes "
+                            f"{lead.node} and {gpu.node}; a group must be inside one node")
+        if gpu.type.name != lead.type.name:
+            raise PlanError(f"{where}: tensor-parallel group {list(stage.members)} mixes GPU types "
+                            f"{lead.type.name} and {gpu.type.name}")
 
 
 def _check_sync(plan: Plan) -> None:

@@ -1,5 +1,20 @@
-"""What a stage keeps in GPU memory: weights, gradients, optimiser state, stashed weight versions and
-the activations of every minibatch in flight (PipeDream weight stashing; HetPipe's Nm)."""
+"""What a stage keeps in GPU memory: weights, gradients, optimizer state, stashed weight versions, what
+autograd saves for the backward pass of every minibatch in flight (PipeDream weight stashing; HetPipe's
+Nm; 1F1B stage s of S holds S - s), and the framework's own reserve on that GPU type.
+
+Bytes per parameter by precision and optimizer (profiles count parameters in FP32, 4 bytes each):
+
+| precision | weights | gradients | master copy | optimizer state            |
+|-----------|---------|-----------|-------------|----------------------------|
+| fp32/tf32 | 4       | 4         | -           | sgd 0, momentum 4, adam 8  |
+| fp16/bf16 | 2       | 4 (FP32 main grads, as Megatron keeps them) | 4 | same, in FP32 |
+
+Activations: a profile layer's `saved_bytes` (what autograd keeps, counted at FP32) when known, else its
+output bytes plus the stage's input (the older upper bound). Under tensor parallelism of degree t a member
+keeps the layer's `saved_replicated_bytes` whole and 1/t of the rest. 16-bit precisions halve them.
+With activation recomputation a stage keeps only each layer's input per minibatch in flight, plus one
+layer's full saved set while that layer's backward recomputes it.
+"""
 
 from __future__ import annotations
 
@@ -7,25 +22,45 @@ from dataclasses import dataclass
 
 from hetsim.profile import ModelProfile
 
-__all__ = ["StageMemory", "stage_memory"]
+__all__ = ["StageMemory", "MemorySettings", "stage_memory", "GIB"]
 
 GIB = 1024**3
+
+_HALF = ("fp16", "bf16")
+_STATE_COPIES = {"sgd": 0, "momentum": 1, "adam": 2, "adamw": 2}
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemorySettings:
+    """How training is set up, as far as memory goes (a Plan's optimizer, precision, recompute)."""
+
+    optimizer: str | None = None          # None: `optimizer_state_copies` FP32 copies (older plans)
+    optimizer_state_copies: int = 1
+    precision: str = "fp32"
+    recompute: bool = False
+
+    @classmethod
+    def of(cls, plan) -> "MemorySettings":
+        return cls(optimizer=plan.optimizer, optimizer_state_copies=plan.optimizer_state_copies,
+                   precision=plan.precision, recompute=plan.recompute)
 
 
 @dataclass(frozen=True, kw_only=True)
 class StageMemory:
     weights_bytes: int
     gradient_bytes: int
-    optimizer_bytes: int
+    optimizer_bytes: int                  # optimizer state, and the FP32 master weights if mixed precision
     stash_bytes: int
     activation_bytes: int
-    versions: int                 # weight versions held (1 + stashed)
+    versions: int                         # weight versions held (1 + stashed)
     in_flight: int
+    reserve_bytes: int = 0                # the GPU type's framework_reserve (CUDA context, workspaces)
+    tp: int = 1
 
     @property
     def total_bytes(self) -> int:
         return (self.weights_bytes + self.gradient_bytes + self.optimizer_bytes + self.stash_bytes
-                + self.activation_bytes)
+                + self.activation_bytes + self.reserve_bytes)
 
     def describe(self) -> str:
         g = lambda b: f"{b / GIB:.2f}"
@@ -35,21 +70,58 @@ class StageMemory:
         if self.stash_bytes:
             parts.append(f"{self.versions - 1} stashed versions {g(self.stash_bytes)}")
         parts.append(f"activations of {self.in_flight} minibatches {g(self.activation_bytes)}")
+        if self.reserve_bytes:
+            parts.append(f"framework reserve {g(self.reserve_bytes)}")
         return " + ".join(parts)
 
 
 def stage_memory(profile: ModelProfile, lo: int, hi: int, *, in_flight: int, asynchronous: bool,
-                 optimizer_state_copies: int = 1) -> StageMemory:
-    """Peak bytes of a stage running layers [lo, hi) with `in_flight` minibatches at once.
-
-    Activations: every layer output of the stage plus its input, per in-flight minibatch (an upper
-    bound: frameworks free some, e.g. in-place ReLU). Asynchronous schedules stash one weight version
-    per in-flight minibatch; flush schedules hold one version.
-    """
-    weights = profile.stage_param_bytes(lo, hi)
+                 optimizer_state_copies: int = 1, settings: MemorySettings | None = None, tp: int = 1,
+                 reserve_bytes: int = 0) -> StageMemory:
+    """Peak bytes on one GPU of a stage running layers [lo, hi) with `in_flight` minibatches at once
+    (one member of a tensor-parallel group of `tp`). Asynchronous schedules stash one weight version per
+    in-flight minibatch; flush schedules hold one version."""
+    settings = settings or MemorySettings(optimizer_state_copies=optimizer_state_copies)
+    params = profile.stage_param_bytes(lo, hi) / tp             # FP32 bytes of this member's shard
+    half = settings.precision in _HALF
+    weights = params / 2 if half else params
+    if settings.optimizer is None:
+        state = params * settings.optimizer_state_copies
+    else:
+        state = params * _STATE_COPIES[settings.optimizer]
+    if half:
+        state += params                                          # FP32 master weights
     versions = max(1, in_flight) if asynchronous else 1
-    per_minibatch = profile.stage_output_bytes_sum(lo, hi) + profile.cut_bytes(lo)
-    return StageMemory(weights_bytes=weights, gradient_bytes=weights,
-                       optimizer_bytes=weights * optimizer_state_copies,
-                       stash_bytes=weights * (versions - 1), activation_bytes=per_minibatch * in_flight,
-                       versions=versions, in_flight=in_flight)
+    per_minibatch = _saved_per_minibatch(profile, lo, hi, tp, settings.recompute)
+    if half:
+        per_minibatch /= 2
+    activations = per_minibatch * in_flight + _recompute_peak(profile, lo, hi, tp, settings, in_flight)
+    return StageMemory(weights_bytes=int(weights), gradient_bytes=int(params),
+                       optimizer_bytes=int(state), stash_bytes=int(weights * (versions - 1)),
+                       activation_bytes=int(activations), versions=versions, in_flight=in_flight,
+                       reserve_bytes=reserve_bytes, tp=tp)
+
+
+def _layer_saved(layer, tp: int) -> float:
+    replicated = min(layer.saved_replicated_bytes, layer.saved_bytes)
+    return replicated + (layer.saved_bytes - replicated) / tp
+
+
+def _saved_per_minibatch(profile: ModelProfile, lo: int, hi: int, tp: int, recompute: bool) -> float:
+    layers = profile.layers[lo:hi]
+    if recompute:
+        # Only each layer's input stays; the layer's own saved set is rebuilt in its backward.
+        return float(sum(profile.cut_bytes(i) if i == lo else profile.layers[i - 1].output_bytes
+                         for i in range(lo, hi)))
+    if all(l.saved_bytes is not None for l in layers):
+        return float(sum(_layer_saved(l, tp) for l in layers))
+    return float(profile.stage_output_bytes_sum(lo, hi) + profile.cut_bytes(lo))
+
+
+def _recompute_peak(profile: ModelProfile, lo: int, hi: int, tp: int, settings: MemorySettings,
+                    in_flight: int) -> float:
+    if not settings.recompute or in_flight == 0:
+        return 0.0
+    layers = profile.layers[lo:hi]
+    full = [(_layer_saved(l, tp) if l.saved_bytes is not None else l.output_bytes) for l in layers]
+    return max(full, default=0.0) / (2 if settings.precision in _HALF else 1)

@@ -96,6 +96,9 @@ class Plan:
     optimizer: str | None = None
     precision: str = "fp32"
     recompute: bool = False            # activation recomputation: a stage keeps only block inputs
+    # Point-to-point sends between stages hold the sender until delivered (Megatron-LM's synchronous
+    # p2p), rather than overlapping with its next compute (NCCL isend, PipeDream).
+    blocking_p2p: bool = False
 
     @property
     def gpus(self) -> list[str]:
@@ -106,7 +109,8 @@ class Plan:
         doc = asdict(self)
         doc["virtual_workers"] = [{"name": vw.name, "stages": [_stage_doc(s) for s in vw.stages]}
                                   for vw in self.virtual_workers]
-        for key, default in (("optimizer", None), ("precision", "fp32"), ("recompute", False)):
+        for key, default in (("optimizer", None), ("precision", "fp32"), ("recompute", False),
+                             ("blocking_p2p", False)):
             if doc[key] == default:
                 del doc[key]        # plans without them stay byte-identical to before
         return doc
@@ -124,7 +128,8 @@ def _stage_doc(s: StageSpec) -> dict[str, Any]:
 def plan_from_dict(data: Any, source_name: str = "plan") -> Plan:
     f = Fields(data, source_name)
     f.reject_unknown({"name", "model", "minibatch_size", "nm", "schedule", "sync", "virtual_workers",
-                      "cluster", "notes", "optimizer_state_copies", "optimizer", "precision", "recompute"})
+                      "cluster", "notes", "optimizer_state_copies", "optimizer", "precision", "recompute",
+                      "blocking_p2p"})
     vws = []
     for v in f.records("virtual_workers"):
         v.reject_unknown({"name", "stages"})
@@ -143,7 +148,7 @@ def plan_from_dict(data: Any, source_name: str = "plan") -> Plan:
                 optimizer_state_copies=f.number("optimizer_state_copies", 1, nonnegative=True, integer=True),
                 optimizer=f.text("optimizer", None, choices=OPTIMIZERS) if f.has("optimizer") else None,
                 precision=f.text("precision", "fp32", choices=PRECISIONS),
-                recompute=_flag(f, "recompute"))
+                recompute=_flag(f, "recompute"), blocking_p2p=_flag(f, "blocking_p2p"))
 
 
 def _flag(f: Fields, key: str) -> bool:

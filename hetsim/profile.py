@@ -72,6 +72,7 @@ class ModelProfile:
     input_bytes: int
     source: str = ""
     flop_convention: str = "FLOPs count a multiply-add as 2 (torch.utils.flop_counter)"
+    tokens_per_sample: int | None = None     # sequence models: tokens in one sample (reports tokens/s)
 
     @property
     def time_keys(self) -> set[str]:
@@ -213,12 +214,15 @@ class ModelProfile:
                "layers": layers}
         if not chain:
             doc["edges"] = [list(e) for e in self.edges]
+        if self.tokens_per_sample is not None:
+            doc["tokens_per_sample"] = self.tokens_per_sample
         return doc
 
 
 def profile_from_dict(data: Any, source_name: str) -> ModelProfile:
     f = Fields(data, source_name)
-    f.reject_unknown({"model", "batch_size", "source", "flop_convention", "input_bytes", "layers", "edges"})
+    f.reject_unknown({"model", "batch_size", "source", "flop_convention", "input_bytes", "layers", "edges",
+                      "tokens_per_sample"})
     layers = tuple(_layer(l) for l in f.records("layers"))
     n = len(layers)
     raw_edges = f.list("edges", [[i, i + 1] for i in range(n - 1)])
@@ -239,7 +243,8 @@ def profile_from_dict(data: Any, source_name: str) -> ModelProfile:
     return ModelProfile(model=f.text("model"), batch_size=f.number("batch_size", positive=True, integer=True),
                         layers=layers, edges=tuple(edges), source=f.text("source", ""),
                         flop_convention=f.text("flop_convention", ModelProfile.flop_convention),
-                        input_bytes=f.number("input_bytes", nonnegative=True, integer=True))
+                        input_bytes=f.number("input_bytes", nonnegative=True, integer=True),
+                        tokens_per_sample=f.number("tokens_per_sample", None, positive=True, integer=True))
 
 
 def _layer(f: Fields) -> LayerProfile:

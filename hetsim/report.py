@@ -35,6 +35,7 @@ class GpuStats:
     memory_bytes: int             # peak: weights, gradients, optimiser, stash, activations
     memory_capacity_bytes: int
     memory_breakdown: dict[str, int] = field(default_factory=dict)
+    tp: int = 1                   # size of the tensor-parallel group this GPU belongs to
 
 
 @dataclass(kw_only=True)

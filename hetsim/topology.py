@@ -30,16 +30,28 @@ class Topology:
         self.capacity_Bps: dict[str, float] = {}
         self._node_of: dict[str, str] = {}
         self._intra_latency: dict[str, float] = {}
+        self._nic_of: dict[str, str] = {}
         for node in cluster.nodes:
             self._node_of[f"{node.name}/host"] = node.name
+            self._nic_of[f"{node.name}/host"] = node.name
             self._intra_latency[node.name] = node.intra_link.latency_s
             for gpu in node.gpus:
                 self._node_of[gpu.id] = node.name
                 self.capacity_Bps[f"{gpu.id}:out"] = node.intra_link.bandwidth_Bps
                 self.capacity_Bps[f"{gpu.id}:in"] = node.intra_link.bandwidth_Bps
+                self._nic_of[gpu.id] = gpu.id if node.nic_per_gpu else node.name
             if len(cluster.nodes) > 1:
-                self.capacity_Bps[f"{node.name}:nic:out"] = cluster.network.bandwidth_Bps
-                self.capacity_Bps[f"{node.name}:nic:in"] = cluster.network.bandwidth_Bps
+                nic = node.nic or cluster.network
+                for owner in dict.fromkeys([node.name, *(self._nic_of[g.id] for g in node.gpus)]):
+                    self.capacity_Bps[f"{owner}:nic:out"] = nic.bandwidth_Bps
+                    self.capacity_Bps[f"{owner}:nic:in"] = nic.bandwidth_Bps
+        self._paths: dict[tuple[str, str], tuple[str, float]] = {}
+        for path in cluster.paths:
+            a, b = path.nodes
+            for src, dst in ((a, b), (b, a)):
+                name = f"{src}~{dst}"
+                self.capacity_Bps[name] = path.link.bandwidth_Bps
+                self._paths[(src, dst)] = (name, path.link.latency_s)
         self._routes: dict[tuple[str, str], Route] = {}
 
     def node_of(self, endpoint: str) -> str:
@@ -61,8 +73,12 @@ class Topology:
             links.append(f"{src}:out")
             latency += self._intra_latency[src_node]
         if src_node != dst_node:
-            links += [f"{src_node}:nic:out", f"{dst_node}:nic:in"]
-            latency += self.cluster.network.latency_s
+            links += [f"{self._nic_of[src]}:nic:out", f"{self._nic_of[dst]}:nic:in"]
+            latency += max(self.cluster.nic(src_node).latency_s, self.cluster.nic(dst_node).latency_s)
+            if (src_node, dst_node) in self._paths:
+                name, path_latency = self._paths[(src_node, dst_node)]
+                links.append(name)
+                latency += path_latency
         if not dst.endswith("/host"):
             links.append(f"{dst}:in")
             latency += self._intra_latency[dst_node] if src_node != dst_node or src.endswith("/host") else 0.0

@@ -55,7 +55,7 @@ def test_memory_overflow_names_stage_gpu_and_bytes():
         check_plan(plan([["node0/gpu0", "node0/gpu1"]], [0, 1, 2], nm=2), small, p)
     text = str(err.value)
     assert text.startswith("plan: stage 0 of vw0 on node0/gpu0 (test-gpu, 4.0 GiB) needs 6.00 GiB")
-    assert "1 stashed versions 1.00" in text and text.endswith("lower Nm or add a stage")
+    assert "1 stashed versions 1.00" in text and text.endswith("lower Nm, add a stage or raise tensor parallelism")
     assert "\n" not in text
     check_plan(plan([["node0/gpu0", "node0/gpu1"]], [0, 1, 2], nm=2), cluster([2]), p)   # fits 16 GiB
 

@@ -20,7 +20,14 @@ SUBCOMMANDS = {
     "profile": "measure a model's layers on this device and derive layer times for GPU types",
     "plan": "search allocations, partitions, Nm and D; rank whole plans and write the best",
     "validate": "profile this host, predict a plan, run it with the executor, compare (needs torch)",
+    "import": "turn plans others ran on real GPUs (Sailor) into cluster, profile and plan files",
 }
+# Subcommands whose module name differs from the command (a module cannot be called `import`).
+_MODULES = {"import": "imports"}
+
+
+def _module(name: str):
+    return importlib.import_module(f"hetsim.cli.{_MODULES.get(name, name)}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version="hetsim 0.1.0")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, help_text in SUBCOMMANDS.items():
-        module = importlib.import_module(f"hetsim.cli.{name}")
+        module = _module(name)
         module.add_arguments(sub.add_parser(name, help=help_text, description=help_text))
     return parser
 
@@ -41,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         argv = ["simulate", *argv]           # `hetsim [options]` simulates
     args = build_parser().parse_args(argv)
     try:
-        return importlib.import_module(f"hetsim.cli.{args.command}").run(args)
+        return _module(args.command).run(args)
     except HetsimError as exc:
         print(f"hetsim: error: {exc}", file=sys.stderr)
         return 2

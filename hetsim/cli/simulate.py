@@ -83,7 +83,8 @@ def format_report(report: Report) -> str:
         f"{report.kind}: plan {plan['name']} ({plan['schedule']}, Nm={plan['nm']}, sync {plan['sync']['mode']}"
         f"{', D=' + str(plan['sync']['staleness_bound']) if plan['sync']['mode'] == 'wsp' else ''}) "
         f"on {report.cluster}, model {report.model}, minibatch {plan['minibatch_size']}",
-        f"throughput: {t['samples_per_s']:.1f} samples/s ({t['minibatches_per_s']:.3f} minibatches/s) "
+        f"throughput: {t['samples_per_s']:.1f} samples/s"
+        f"{_tokens(t)} ({t['minibatches_per_s']:.3f} minibatches/s), {_iteration(t)} "
         f"over a {report.window['duration_s']:.2f} s steady-state window",
         "",
         f"{'virtual worker':<16}{'minibatches/s':>14}{'samples/s':>11}{'sync wait s':>12}",
@@ -94,6 +95,7 @@ def format_report(report: Report) -> str:
               f"{'recv wait s':>12}{'sync wait s':>12}"]
     for g in report.gpus:
         mem = f"{g.memory_bytes / GIB:.2f}/{g.memory_capacity_bytes / GIB:.0f}"
+        mem = mem if g.tp == 1 else f"tp{g.tp} {mem}"
         lines.append(f"{g.id:<13}{g.type:<14}{g.vw:<6}{g.stage:>5}{f'{g.layers[0]}-{g.layers[1]}':>9}"
                      f"{g.busy_fraction:>7.0%}{mem:>15}{g.recv_wait_s:>12.2f}{g.sync_wait_s:>12.2f}")
     lines += ["", _staleness_line(report)]
@@ -103,6 +105,15 @@ def format_report(report: Report) -> str:
     lines.append("busiest links: " + ", ".join(f"{l.id} {l.utilisation:.0%}" for l in busiest))
     lines += [f"note: {n}" for n in report.notes]
     return "\n".join(lines)
+
+
+def _tokens(t: dict) -> str:
+    return f", {t['tokens_per_s']:,.0f} tokens/s" if "tokens_per_s" in t else ""
+
+
+def _iteration(t: dict) -> str:
+    # Older measurement reports carry no iteration time.
+    return f"{t['iteration_s']:.4g} s per wave (iteration)" if "iteration_s" in t else ""
 
 
 def _staleness_line(report: Report) -> str:

@@ -1,23 +1,14 @@
-"""Ring all-reduce (as in Horovod) and BSP synchronisation built on it."""
+"""BSP synchronisation (Horovod): stage by stage, a ring all-reduce of gradients after every wave."""
 
 from __future__ import annotations
 
 import simpy
 
+from hetsim.sim.collectives import parallel_rings, ring_allreduce
 from hetsim.sim.pipeline import Stage
 from hetsim.sim.world import World
 
 __all__ = ["ring_allreduce", "BulkSync"]
-
-
-def ring_allreduce(world: World, gpus: list[str], nbytes: float):
-    """2(n-1) steps; in each, every member sends nbytes/n to its ring successor at the same time."""
-    n = len(gpus)
-    if n < 2 or nbytes <= 0:
-        return
-    chunk = nbytes / n
-    for _ in range(2 * (n - 1)):
-        yield world.env.all_of([world.transfer(gpus[i], gpus[(i + 1) % n], chunk) for i in range(n)])
 
 
 class BulkSync:
@@ -39,6 +30,6 @@ class BulkSync:
 
     def _run(self, members: list[tuple[Stage, simpy.Event]]):
         members = sorted(members, key=lambda m: m[0].vw)
-        yield from ring_allreduce(self.world, [s.gpu for s, _ in members], members[0][0].param_bytes)
+        yield from parallel_rings(self.world, [s.members for s, _ in members], members[0][0].param_bytes)
         for _, done in members:
             done.succeed()

@@ -105,17 +105,24 @@ def _build_stages(world: World, plan: Plan, profile: ModelProfile, rec: Recorder
         row = []
         for s, spec in enumerate(vw.stages):
             slot = world.cluster.gpu(spec.gpu)
-            fwd, bwd = profile.stage_times(slot.type.name, *spec.layers)
             lo, hi = spec.layers
+            times = profile.stage_times_tp(slot.type.name, lo, hi, spec.tp)
             row.append(Stage(vw=v, index=s, n_stages=len(gpus), gpu=spec.gpu,
-                             device=world.devices[spec.gpu], layers=spec.layers, fwd_s=fwd, bwd_s=bwd,
-                             out_bytes=profile.cut_bytes(hi), in_bytes=profile.cut_bytes(lo),
+                             device=world.devices[spec.gpu], layers=spec.layers, fwd_s=times.fwd_s,
+                             bwd_s=times.bwd_s, out_bytes=profile.cut_bytes(hi), in_bytes=profile.cut_bytes(lo),
                              param_bytes=profile.stage_param_bytes(lo, hi),
                              prev_gpu=gpus[s - 1] if s else None,
                              next_gpu=gpus[s + 1] if s + 1 < len(gpus) else None,
-                             nm=plan.nm, asynchronous=plan.schedule in ASYNC_SCHEDULES))
-            rec.rows[spec.gpu] = (slot.node, f"{slot.id.split('/')[1]} {slot.type.display_name} "
-                                             f"[{vw.name} s{s}]")
+                             nm=plan.nm, asynchronous=plan.schedule in ASYNC_SCHEDULES,
+                             members=spec.members,
+                             member_devices=tuple(world.devices[g] for g in spec.members) if spec.tp > 1 else (),
+                             tp_allreduce_bytes=0 if times.measured_tp else profile.stage_tp_allreduce_bytes(lo, hi),
+                             update_s=times.update_s,
+                             blocking_p2p=plan.blocking_p2p))
+            for k, member in enumerate(spec.members):
+                m = world.cluster.gpu(member)
+                tp = f" tp{k}/{spec.tp}" if spec.tp > 1 else ""
+                rec.rows[member] = (m.node, f"{m.id.split('/')[1]} {m.type.display_name} [{vw.name} s{s}{tp}]")
         out.append(row)
     return out
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hetsim.schedule.ir import Action
+from hetsim.sim.collectives import ring_allreduce
 from hetsim.sim.recorder import Recorder
 from hetsim.sim.world import Device, World
 
@@ -31,6 +32,11 @@ class Stage:
     next_gpu: str | None
     nm: int
     asynchronous: bool
+    members: tuple[str, ...] = ()      # the tensor-parallel group (the stage's GPU alone if none)
+    member_devices: tuple[Device, ...] = ()
+    tp_allreduce_bytes: int = 0        # per forward and per backward, when the times leave them out
+    update_s: float = 0.0              # optimizer step of this stage's weights
+    blocking_p2p: bool = False         # a send holds the stage until delivered (Plan.blocking_p2p)
     applied: int = 0                   # own minibatches whose updates are in the local weights
     version: int = 0                   # global clock of the weights last pulled (WSP)
     position: int = field(default=0)   # index of the action being run (for deadlock reports)
@@ -46,12 +52,26 @@ def stage_process(world: World, rec: Recorder, sync, stage: Stage, actions: tupl
 
 
 def _compute(world: World, rec: Recorder, stage: Stage, seconds: float, name: str):
-    env, device = world.env, stage.device
+    """Work on the stage's GPU, or in lockstep on every GPU of its tensor-parallel group."""
+    env = world.env
     start = env.now
-    device.compute.start(start)
-    yield device.run(seconds)
-    device.compute.stop(env.now)
-    rec.span(stage.gpu, name, start, "compute")
+    devices = stage.member_devices or (stage.device,)
+    for device in devices:
+        device.compute.start(start)
+    yield env.all_of([device.run(seconds) for device in devices]) if len(devices) > 1 else stage.device.run(seconds)
+    for device in devices:
+        device.compute.stop(env.now)
+    for gpu in stage.members or (stage.gpu,):
+        rec.span(gpu, name, start, "compute")
+
+
+def _tp_allreduce(world: World, rec: Recorder, stage: Stage, name: str):
+    """Megatron's activation all-reduces of a pass, as one ring over the group's links."""
+    if stage.tp_allreduce_bytes and len(stage.members) > 1:
+        start = world.env.now
+        yield from ring_allreduce(world, list(stage.members), stage.tp_allreduce_bytes)
+        for gpu in stage.members:
+            rec.span(gpu, name, start, "sync")
 
 
 def _forward(world, rec, sync, stage: Stage, mb: int):
@@ -62,18 +82,23 @@ def _forward(world, rec, sync, stage: Stage, mb: int):
     expected = mb if stage.asynchronous else mb - mb % stage.nm
     rec.staleness_local.append((stage.vw, stage.index, mb, expected - stage.applied))
     yield from _compute(world, rec, stage, stage.fwd_s, f"F{mb}")
+    yield from _tp_allreduce(world, rec, stage, f"tp F{mb}")
 
 
 def _backward(world, rec, sync, stage: Stage, mb: int):
     yield from _compute(world, rec, stage, stage.bwd_s, f"B{mb}")
+    yield from _tp_allreduce(world, rec, stage, f"tp B{mb}")
     if stage.index == 0:
         rec.minibatch_done(stage.vw)
 
 
-def _send(world: World, src: str, dst: str, nbytes: int, key: tuple):
-    """Start the transfer; the stage goes on at once unless the send occupies it (World.send)."""
-    sent, delivered = world.send(src, dst, nbytes)
+def _send(world: World, stage: Stage, dst: str, nbytes: int, key: tuple):
+    """Start the transfer. The stage goes on at once unless the send occupies it (World.send) or the
+    runtime's point-to-point calls are blocking (Megatron waits for each send to complete)."""
+    sent, delivered = world.send(stage.gpu, dst, nbytes)
     delivered.callbacks.append(lambda _event: world.mailbox.put(key))
+    if stage.blocking_p2p:
+        return _waited(world, stage, delivered, f"send {key[2]}{key[3]}")
     if sent is not None:
         return _until(sent)
     return None
@@ -83,12 +108,21 @@ def _until(event):
     yield event
 
 
+def _waited(world: World, stage: Stage, event, name: str):
+    if event.processed:
+        return
+    meter, start = stage.device.recv_wait, world.env.now
+    meter.start(start)
+    yield event
+    meter.stop(world.env.now)
+
+
 def _send_f(world, rec, sync, stage: Stage, mb: int):
-    return _send(world, stage.gpu, stage.next_gpu, stage.out_bytes, (stage.vw, stage.index + 1, "F", mb))
+    return _send(world, stage, stage.next_gpu, stage.out_bytes, (stage.vw, stage.index + 1, "F", mb))
 
 
 def _send_b(world, rec, sync, stage: Stage, mb: int):
-    return _send(world, stage.gpu, stage.prev_gpu, stage.in_bytes, (stage.vw, stage.index - 1, "B", mb))
+    return _send(world, stage, stage.prev_gpu, stage.in_bytes, (stage.vw, stage.index - 1, "B", mb))
 
 
 def _recv(world: World, rec: Recorder, stage: Stage, key: tuple):
@@ -111,10 +145,14 @@ def _recv_b(world, rec, sync, stage: Stage, mb: int):
 
 
 def _update(world, rec, sync, stage: Stage, mb: int):
+    if stage.update_s:
+        yield from _compute(world, rec, stage, stage.update_s, f"U{mb}")
     stage.applied = mb + 1
 
 
 def _step(world, rec, sync, stage: Stage, wave: int):
+    if stage.update_s:
+        yield from _compute(world, rec, stage, stage.update_s, f"step {wave}")
     stage.applied = (wave + 1) * stage.nm
 
 

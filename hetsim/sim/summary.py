@@ -31,11 +31,16 @@ def build_report(world: World, rec: Recorder, plan: Plan, cluster: Cluster, prof
                    sync_wait_s=end.vw_sync_wait[i] - start.vw_sync_wait[i])
            for i, vw in enumerate(plan.virtual_workers)]
     rate = sum(v.minibatches_per_s for v in vws)
+    throughput = {"minibatches_per_s": rate, "samples_per_s": rate * plan.minibatch_size,
+                  # a wave of Nm minibatches per virtual worker: one optimizer step under flush schedules
+                  "iteration_s": plan.nm * len(vws) / rate}
+    if profile.tokens_per_sample:
+        throughput["tokens_per_s"] = rate * plan.minibatch_size * profile.tokens_per_sample
     return Report(
         kind="prediction", plan=plan.to_dict(), cluster=cluster.name, model=profile.model,
         profile_source=profile.source, settings=_settings(options, world),
         window={"start_s": start.t, "end_s": end.t, "duration_s": span},
-        throughput={"minibatches_per_s": rate, "samples_per_s": rate * plan.minibatch_size},
+        throughput=throughput,
         virtual_workers=vws, gpus=_gpus(world, plan, memory, stages, start, end, span),
         links=_links(world, start, end, span), staleness=_staleness(rec, plan, memory),
         sync=_sync(rec, plan, sync, start, end), notes=_notes(profile, options, cluster),
@@ -53,15 +58,17 @@ def _gpus(world, plan, memory, stages, start, end, span) -> list[GpuStats]:
     out = []
     for vw_stages in stages:
         for st in vw_stages:
-            g, mem = st.gpu, memory[st.gpu]
-            compute = end.compute[g] - start.compute[g]
-            out.append(GpuStats(
-                id=g, type=world.cluster.gpu(g).type.name, vw=plan.virtual_workers[st.vw].name,
-                stage=st.index, layers=st.layers, busy_fraction=compute / span, compute_s=compute,
-                recv_wait_s=end.recv_wait[g] - start.recv_wait[g],
-                sync_wait_s=end.sync_wait[g] - start.sync_wait[g], memory_bytes=mem.total_bytes,
-                memory_capacity_bytes=world.cluster.gpu(g).type.memory_bytes,
-                memory_breakdown={k: v for k, v in asdict(mem).items() if k.endswith("_bytes")}))
+            for g in st.members or (st.gpu,):
+                mem = memory[g]
+                compute = end.compute[g] - start.compute[g]
+                out.append(GpuStats(
+                    id=g, type=world.cluster.gpu(g).type.name, vw=plan.virtual_workers[st.vw].name,
+                    stage=st.index, layers=st.layers, busy_fraction=compute / span, compute_s=compute,
+                    recv_wait_s=end.recv_wait[st.gpu] - start.recv_wait[st.gpu],
+                    sync_wait_s=end.sync_wait[st.gpu] - start.sync_wait[st.gpu], memory_bytes=mem.total_bytes,
+                    memory_capacity_bytes=world.cluster.gpu(g).type.memory_bytes,
+                    memory_breakdown={k: v for k, v in asdict(mem).items() if k.endswith("_bytes")},
+                    tp=len(st.members) if st.members else 1))
     return out
 
 

@@ -1,0 +1,180 @@
+"""Predict plans that Sailor's authors ran on real GPUs and compare with what they measured.
+
+    python experiments/peers/sailor/run.py \
+        --data experiments/peers/sailor/data \
+        --training-config experiments/peers/sailor/data/configs/training_config_opt_350.json \
+        --plans experiments/peers/sailor/data/plans/gh200-opt350 experiments/peers/sailor/data/plans/mit-opt350 \
+        --out experiments/peers/sailor/results/imported.csv
+
+Each plan goes through `hetsim import sailor` and `hetsim simulate` as a user would run them. One row
+per plan: measured and predicted iteration time and peak memory (the fullest GPU), their errors, and
+Sailor's own prediction where sailor_predictions.csv (in --data) has one. Prints mean/max error and
+Spearman rank correlation per plan directory. `--derived` predicts without Sailor's measured layer
+times (datasheet peaks, hetsim.derive). `--fit-reserve` prints the framework reserve per GPU type that
+would make the memory errors' median zero (how the GPU files' framework_reserve_gib were set), instead
+of a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+import hetsim
+from hetsim.cli.imports import write_import
+from hetsim.errors import HetsimError
+from hetsim.memory import GIB
+
+COLUMNS = ["set", "plan", "measured_iter_s", "predicted_iter_s", "time_err_pct", "measured_mem_bytes",
+           "predicted_mem_bytes", "mem_err_pct", "sailor_iter_s", "sailor_time_err_pct", "sailor_mem_bytes",
+           "sailor_mem_err_pct", "fullest_gpu_type", "reserve_bytes", "error"]
+
+
+def predict(plan_path: Path, args: argparse.Namespace, workdir: Path) -> dict:
+    files = write_import(plan_path, args.data, args.training_config, workdir / plan_path.stem,
+                         derived=args.derived, precision=args.precision)
+    report = hetsim.simulate(files["cluster"], hetsim.load_profile(files["profile"]), files["plan"],
+                             waves=args.waves, warmup_waves=1, trace=False)
+    measured = pd.read_json(files["measured"], typ="series")
+    fullest = max(report.gpus, key=lambda g: g.memory_bytes)
+    row = {"plan": plan_path.stem, "measured_iter_s": measured["iteration_s"],
+           "predicted_iter_s": report.throughput["iteration_s"],
+           "measured_mem_bytes": measured["max_memory_bytes"], "predicted_mem_bytes": fullest.memory_bytes,
+           "fullest_gpu_type": fullest.type, "reserve_bytes": fullest.memory_breakdown.get("reserve_bytes", 0)}
+    row["time_err_pct"] = _err(row["predicted_iter_s"], row["measured_iter_s"])
+    row["mem_err_pct"] = _err(row["predicted_mem_bytes"], row["measured_mem_bytes"])
+    return row
+
+
+def _err(predicted, measured) -> float | None:
+    if measured is None or pd.isna(measured) or not measured:
+        return None
+    return 100.0 * (predicted - measured) / measured
+
+
+def sailor_rows(data: Path) -> pd.DataFrame:
+    path = data / "sailor_predictions.csv"
+    if not path.exists():
+        return pd.DataFrame(columns=["set", "plan"])
+    theirs = pd.read_csv(path)
+    return theirs.rename(columns={"sailor_max_mem_bytes": "sailor_mem_bytes"})[
+        ["set", "plan", "sailor_iter_s", "sailor_time_err_pct", "sailor_mem_bytes", "sailor_mem_err_pct"]]
+
+
+def run_all(args: argparse.Namespace) -> pd.DataFrame:
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for folder in args.plans:
+            plans = sorted(Path(folder).glob("*.json"))
+            if not plans:
+                raise HetsimError(f"--plans {folder}: no plan *.json files there")
+            for plan_path in plans:
+                try:
+                    row = predict(plan_path, args, Path(tmp))
+                except HetsimError as exc:
+                    row = {"plan": plan_path.stem, "error": str(exc)}
+                rows.append({"set": Path(folder).name, **row})
+                print(f"{row['plan']}: " + (f"{row['predicted_iter_s']:.4g} s predicted, "
+                                            f"{row['measured_iter_s']:.4g} s measured" if "error" not in row
+                                            else row["error"]), file=sys.stderr)
+    table = pd.DataFrame(rows)
+    table = table.merge(sailor_rows(Path(args.data)), on=["set", "plan"], how="left")
+    return table.reindex(columns=COLUMNS)
+
+
+def summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Per set and predictor: mean and max absolute error, Spearman rank correlation of times."""
+    out = []
+    for name, rows in table.groupby("set", sort=False):
+        for who, pred, terr, merr in (("hetsim", "predicted_iter_s", "time_err_pct", "mem_err_pct"),
+                                      ("sailor", "sailor_iter_s", "sailor_time_err_pct", "sailor_mem_err_pct")):
+            ok = rows.dropna(subset=[pred, "measured_iter_s"])
+            if ok.empty:
+                continue
+            mem = ok[merr].dropna().abs()
+            out.append({"set": name, "predictor": who, "plans": len(ok),
+                        "time_err_mean_pct": ok[terr].abs().mean(), "time_err_max_pct": ok[terr].abs().max(),
+                        "spearman": ok[pred].rank().corr(ok["measured_iter_s"].rank()),
+                        "mem_err_mean_pct": mem.mean() if len(mem) else None,
+                        "mem_err_max_pct": mem.max() if len(mem) else None})
+    return pd.DataFrame(out)
+
+
+def fitted_reserves(table: pd.DataFrame) -> pd.Series:
+    """Per GPU type: median of measured - (predicted without the reserve) over the plans whose fullest
+    GPU is of that type, in GiB."""
+    ok = table.dropna(subset=["measured_mem_bytes", "predicted_mem_bytes"])
+    gap = ok["measured_mem_bytes"] - (ok["predicted_mem_bytes"] - ok["reserve_bytes"])
+    return (gap / GIB).groupby(ok["fullest_gpu_type"]).median().round(2)
+
+
+def markdown(frame: pd.DataFrame) -> str:
+    cell = lambda v: "" if v is None or (isinstance(v, float) and pd.isna(v)) else (
+        f"{v:.4g}" if isinstance(v, float) else str(v))
+    lines = ["| " + " | ".join(frame.columns) + " |", "|" + "---|" * len(frame.columns)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    return "\n".join(lines)
+
+
+def plot(table: pd.DataFrame, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.8))
+    for ax, (m, p, s, unit, scale) in zip(axes, (
+            ("measured_iter_s", "predicted_iter_s", "sailor_iter_s", "iteration time (s)", 1.0),
+            ("measured_mem_bytes", "predicted_mem_bytes", "sailor_mem_bytes", "peak memory (GiB)", GIB))):
+        for (name, rows), marker in zip(table.groupby("set", sort=False), "os^D"):
+            ax.scatter(rows[m] / scale, rows[p] / scale, marker=marker, label=f"hetsim, {name}")
+            if rows[s].notna().any():
+                ax.scatter(rows[m] / scale, rows[s] / scale, marker=marker, facecolors="none",
+                           edgecolors="grey", label=f"Sailor, {name}")
+        lo = min(table[m].min(), table[p].min()) / scale * 0.8
+        hi = max(table[m].max(), table[p].max()) / scale * 1.25
+        ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
+        ax.set(xscale="log", yscale="log", xlabel=f"measured {unit}", ylabel=f"predicted {unit}")
+        ax.legend(fontsize=7)
+    fig.suptitle("Sailor's real GPU runs: predicted vs measured")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--data", required=True, type=Path, help="folder with profiles_tmp.json, network/, configs/")
+    p.add_argument("--training-config", required=True, type=Path)
+    p.add_argument("--plans", required=True, nargs="+", type=Path, help="folders of plan_config_*.json")
+    p.add_argument("--out", type=Path, help="CSV to write (a .md summary and a .png plot go beside it)")
+    p.add_argument("--derived", action="store_true", help="derive layer times instead of Sailor's measured ones")
+    p.add_argument("--precision", default="fp32", choices=("fp32", "tf32", "fp16", "bf16"))
+    p.add_argument("--waves", type=int, default=3, help="iterations simulated, the first left out (default 3)")
+    p.add_argument("--fit-reserve", action="store_true", help="print the fitted reserve per GPU type and stop")
+    args = p.parse_args(argv)
+    try:
+        table = run_all(args)
+    except HetsimError as exc:
+        print(f"run.py: error: {exc}", file=sys.stderr)
+        return 2
+    if args.fit_reserve:
+        print(fitted_reserves(table).to_string())
+        return 0
+    stats = summary(table)
+    print(stats.to_string(index=False, float_format=lambda x: f"{x:.3g}"))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        table.to_csv(args.out, index=False, float_format="%.6g")
+        md = args.out.with_suffix(".md")
+        md.write_text(f"# {args.out.stem}\n\n```\npython {' '.join(sys.argv)}\n```\n\n"
+                      + markdown(stats) + "\n\n" + markdown(table.drop(columns=["reserve_bytes"])) + "\n")
+        plot(table, args.out.with_suffix(".png"))
+        print(f"wrote {args.out}, {md.name}, {args.out.with_suffix('.png').name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,307 @@
+"""Sailor's formats (Strati et al., SOSP'25) read into hetsim's cluster, profile and plan.
+
+Sailor ships plans its authors ran on real GPUs with the measured iteration time and peak memory, its
+measured per-layer times and its fitted network bandwidths. A Sailor plan is one pipeline of
+`num_stages` stages; stage s has `dp[s]` data-parallel replicas, each a tensor-parallel group
+`[[[gpu_type, gpus_per_node, zone]], tp]`; training is synchronous 1F1B with a flush per iteration,
+gradients all-reduced across replicas, and gbs / (mbs x dp) micro-batches per pipeline. In hetsim
+terms: a micro-batch is a minibatch, a replica is a virtual worker, the schedule is 1f1b-flush and
+the sync mode bsp.
+
+Where the data lives (`--data DIR`): profiles_tmp.json (`[model][gpu][mbs][tp][layer] = [fwd_s, bwd_s,
+update_s]`), network/intra_node_bandwidths.json and network/multizone_bandwidths_het.json (per GPU
+type and GPU count `[[polynomial], plateau bytes/s]`; hetsim takes the plateau, the rate of the large
+messages that dominate training traffic) and configs/basic_cluster_config.json.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from hetsim.errors import SpecError
+from hetsim.plan import Plan, StageSpec, SyncSpec, VirtualWorker
+from hetsim.profile import ModelProfile, tp_key
+from hetsim.transformer import TransformerShape, transformer_layers
+
+__all__ = ["SailorRun", "Imported", "GPU_TYPES", "read_plan", "read_shape", "to_cluster", "to_profile", "to_plan",
+           "import_run"]
+
+# Sailor's GPU names -> hetsim's GPU files. Sailor's "RTX-2080" has 11 GiB: an RTX 2080 Ti.
+GPU_TYPES = {"GH-96": "gh200", "A100-40": "a100", "A100-80": "a100-80", "V100-16": "v100",
+             "Titan-RTX": "titan-rtx", "RTX-2080": "rtx-2080-ti", "RTX-3090": "rtx-3090"}
+_NVLINK = {"GH-96", "A100-40", "A100-80", "V100-16"}
+_OPTIMIZERS = {"adam": "adam", "adamw": "adamw", "sgd": "sgd"}
+
+
+@dataclass(frozen=True)
+class Group:
+    """One stage replica: a tensor-parallel group of `tp` GPUs of one type."""
+
+    stage: int
+    replica: int
+    gpu_type: str                 # Sailor's name
+    gpus_per_node: int
+    tp: int
+
+
+@dataclass(frozen=True)
+class SailorRun:
+    name: str
+    mbs: int
+    gbs: int
+    nodes: int
+    layers: tuple[tuple[int, ...], ...]           # per stage
+    groups: tuple[Group, ...]
+    measured_iter_s: float | None
+    measured_mem_bytes: int | None
+    measured_grad_reduce_s: float | None
+
+    @property
+    def stages(self) -> int:
+        return len(self.layers)
+
+    def replicas(self, stage: int) -> list[Group]:
+        return [g for g in self.groups if g.stage == stage]
+
+
+def _load(path: Path) -> Any:
+    try:
+        return json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise SpecError(f"{path}: no such file") from None
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"{Path(path).name}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
+
+
+def _field(doc: dict, key: str, where: str) -> Any:
+    if not isinstance(doc, dict) or key not in doc:
+        raise SpecError(f"{where}: {key}: missing")
+    return doc[key]
+
+
+def read_plan(path: str | Path) -> SailorRun:
+    path = Path(path)
+    doc, where = _load(path), path.name
+    pipelines = _field(doc, "pipeline_list", where)
+    if not isinstance(pipelines, list) or len(pipelines) != 1:
+        raise SpecError(f"{where}: pipeline_list: expected one pipeline, got {len(pipelines) if isinstance(pipelines, list) else pipelines!r}")
+    p = pipelines[0]
+    layers = tuple(tuple(int(i) for i in stage) for stage in _field(p, "layers_per_stage", f"{where}: pipeline_list[0]"))
+    replicas = _field(p, "tmp_per_stage", f"{where}: pipeline_list[0]")
+    if len(replicas) != len(layers):
+        raise SpecError(f"{where}: pipeline_list[0].tmp_per_stage: {len(replicas)} stages, but layers_per_stage has {len(layers)}")
+    groups = []
+    for s, stage in enumerate(replicas):
+        for r, item in enumerate(stage):
+            try:
+                (gpu_type, per_node, _zone), tp = item[0][0], item[1]
+            except (TypeError, IndexError, ValueError):
+                raise SpecError(f"{where}: pipeline_list[0].tmp_per_stage[{s}][{r}]: expected "
+                                f"[[[gpu_type, gpus_per_node, zone]], tp], got {item!r}") from None
+            groups.append(Group(s, r, str(gpu_type), int(per_node), int(tp)))
+    mem = doc.get("max_mem")
+    return SailorRun(name=path.stem, mbs=int(_field(doc, "mbs", where)), gbs=int(_field(doc, "gbs", where)),
+                     nodes=int(doc.get("N", 0)), layers=layers, groups=tuple(groups),
+                     measured_iter_s=doc.get("real"), measured_mem_bytes=int(mem) if mem else None,
+                     measured_grad_reduce_s=doc.get("red_grads"))
+
+
+def read_shape(training_config: str | Path) -> tuple[str, TransformerShape, str]:
+    """(Sailor's model name, the shape, hetsim's optimizer name) from a training_config_*.json."""
+    path = Path(training_config)
+    doc, where = _load(path), path.name
+    n_layer = int(_field(doc, "num_layers", where))
+    tail = int(doc.get("num_all_layers", n_layer + 2)) - n_layer - 1
+    if tail not in (1, 2):
+        raise SpecError(f"{where}: num_all_layers: {doc.get('num_all_layers')} leaves {tail} layers after "
+                        f"the embedding and {n_layer} blocks; hetsim reads 1 (norm + head) or 2")
+    llama = "llama" in str(doc.get("model", "")).lower()
+    shape = TransformerShape(
+        n_layer=n_layer, hidden=int(_field(doc, "hidden_size", where)), heads=int(_field(doc, "heads", where)),
+        seq_len=int(_field(doc, "sequence_length", where)), vocab=int(_field(doc, "vocab_size", where)),
+        ffn=int(doc.get("ffn_hidden_size", 14336 if llama else 0)),
+        kv_heads=int(doc.get("num_kv_heads", 8 if llama else 0)), gated_mlp=llama,
+        learned_positions=not llama, tail_layers=tail)
+    optimizer = _OPTIMIZERS.get(str(doc.get("optimizer", "adam")).lower())
+    if optimizer is None:
+        raise SpecError(f"{where}: optimizer: {doc.get('optimizer')!r} unknown (known: Adam, AdamW, SGD)")
+    return str(_field(doc, "model", where)), shape, optimizer
+
+
+def _hetsim_type(gpu_type: str) -> str:
+    if gpu_type not in GPU_TYPES:
+        raise SpecError(f"Sailor GPU type {gpu_type!r} has no hetsim GPU file (known: {', '.join(GPU_TYPES)})")
+    return GPU_TYPES[gpu_type]
+
+
+def _node_name(i: int) -> str:
+    return f"n{i}"
+
+
+def _placement(run: SailorRun) -> tuple[list[tuple[str, int]], dict[Group, list[str]]]:
+    """Nodes (Sailor type, GPU count) and each group's GPU ids. A group takes whole GPUs of one node of
+    its type: a fresh node when the plan has one node per group (as Sailor's runs do), else the first
+    node of that type with enough free GPUs."""
+    nodes: list[tuple[str, int]] = []
+    free: list[int] = []
+    ids: dict[Group, list[str]] = {}
+    fresh = run.nodes == len(run.groups) or run.nodes == 0
+    for g in run.groups:
+        if g.tp > g.gpus_per_node:
+            raise SpecError(f"{run.name}: stage {g.stage} replica {g.replica}: tensor-parallel degree {g.tp} "
+                            f"exceeds the {g.gpus_per_node} GPUs of a {g.gpu_type} node")
+        slot = None if fresh else next((i for i, (t, _n) in enumerate(nodes)
+                                        if t == g.gpu_type and free[i] >= g.tp), None)
+        if slot is None:
+            nodes.append((g.gpu_type, g.gpus_per_node))
+            free.append(g.gpus_per_node)
+            slot = len(nodes) - 1
+        first = nodes[slot][1] - free[slot]
+        ids[g] = [f"{_node_name(slot)}/gpu{first + k}" for k in range(g.tp)]
+        free[slot] -= g.tp
+    return nodes, ids
+
+
+def _plateau(table: dict, *keys: str) -> float | None:
+    for key in keys:
+        if not isinstance(table, dict) or key not in table:
+            return None
+        table = table[key]
+    return float(table[1])
+
+
+def to_cluster(run: SailorRun, data: Path, zone: str = "us-central1-a") -> dict:
+    """A hetsim cluster document: a node per Sailor node, its GPU links and network interface from
+    Sailor's fitted bandwidths, and a slower path between two nodes where Sailor measured one."""
+    nodes, _ids = _placement(run)
+    intra = _load(data / "network" / "intra_node_bandwidths.json")
+    inter = _load(data / "network" / "multizone_bandwidths_het.json").get(zone, {})
+    docs = []
+    for i, (gtype, count) in enumerate(nodes):
+        fabric = _plateau(intra, gtype, str(count))
+        if fabric is None:                     # one GPU per node: nothing to measure inside
+            fabric = max((v[1] for v in intra.get(gtype, {}).values()), default=16e9)
+        nic = _plateau(inter, gtype, str(count), zone, gtype, str(count))
+        if nic is None:
+            raise SpecError(f"{data}/network/multizone_bandwidths_het.json: no bandwidth between two "
+                            f"{gtype} nodes of {count} GPUs in {zone}")
+        # A node whose bandwidth grows with the GPUs talking (n GPUs: ~n x one GPU's) has a network
+        # interface per GPU; one whose bandwidth does not shares a single interface.
+        single = _plateau(inter, gtype, "1", zone, gtype, "1")
+        rails = count > 1 and single is not None and nic >= 0.9 * count * single
+        node = {"name": _node_name(i), "gpus": [{"type": _hetsim_type(gtype), "count": count}],
+                "intra_link": {"kind": "nvlink" if gtype in _NVLINK else "pcie",
+                               "bandwidth_GBps": round(fabric / 1e9, 4)},
+                "network": {"kind": "ethernet", "bandwidth_GBps": round((single if rails else nic) / 1e9, 4)}}
+        if rails:
+            node["nic_per_gpu"] = True
+        docs.append(node)
+    paths = []
+    for a in range(len(nodes)):
+        for b in range(a + 1, len(nodes)):
+            (ta, na), (tb, nb) = nodes[a], nodes[b]
+            pair = _plateau(inter, ta, str(na), zone, tb, str(nb))
+            if pair is not None and pair < 0.9 * min(_node_Bps(docs[a]), _node_Bps(docs[b])):
+                paths.append({"nodes": [_node_name(a), _node_name(b)], "bandwidth_GBps": round(pair / 1e9, 4)})
+    doc = {"name": f"sailor-{run.name}", "description": f"imported from Sailor plan {run.name}",
+           "network": {"kind": "ethernet", "bandwidth_GBps": max(d["network"]["bandwidth_GBps"] for d in docs)},
+           "nodes": docs}
+    if paths:
+        doc["paths"] = paths
+    return doc
+
+
+def _node_Bps(node: dict) -> float:
+    """All of a node's network bandwidth, summed over its interfaces."""
+    per = node["network"]["bandwidth_GBps"] * 1e9
+    return per * node["gpus"][0]["count"] if node.get("nic_per_gpu") else per
+
+
+def to_profile(run: SailorRun, model: str, shape: TransformerShape, data: Path | None) -> ModelProfile:
+    """Counted layers (hetsim.transformer) at the plan's micro-batch, with Sailor's measured times for
+    every (GPU type, TP degree) the plan uses when `data` has them; with `data` None, no times (derive
+    them, e.g. `hetsim.derive`)."""
+    layers = transformer_layers(shape, run.mbs)
+    if data is not None:
+        measured = _load(data / "profiles_tmp.json")
+        times: list[dict[str, dict[str, float]]] = [{"fwd": {}, "bwd": {}, "upd": {}} for _ in layers]
+        for gtype, tp in sorted({(g.gpu_type, g.tp) for g in run.groups}):
+            rows = _measured_rows(measured, model, gtype, run.mbs, tp, len(layers))
+            key = tp_key(_hetsim_type(gtype), tp)
+            for i, (f, b, u) in enumerate(rows):
+                times[i]["fwd"][key], times[i]["bwd"][key], times[i]["upd"][key] = f, b, u
+        layers = [replace(l, fwd_s=t["fwd"], bwd_s=t["bwd"], update_s=t["upd"]) for l, t in zip(layers, times)]
+    source = (f"{model} ({shape.n_layer} blocks, hidden {shape.hidden}, seq {shape.seq_len}): layers counted "
+              f"by hetsim.transformer" + ("; times measured by Sailor (profiles_tmp.json)" if data else ""))
+    return ModelProfile(model=model, batch_size=run.mbs, layers=tuple(layers),
+                        edges=tuple((i, i + 1) for i in range(len(layers) - 1)),
+                        input_bytes=8 * shape.seq_len * run.mbs, source=source,
+                        tokens_per_sample=shape.seq_len)
+
+
+def _measured_rows(measured: dict, model: str, gtype: str, mbs: int, tp: int, n: int) -> list[list[float]]:
+    try:
+        table = measured[model][gtype][str(mbs)][str(tp)]
+    except KeyError:
+        have = sorted(measured.get(model, {}).get(gtype, {}), key=int)
+        raise SpecError(f"profiles_tmp.json: no times for {model} on {gtype} at micro-batch {mbs}, "
+                        f"tensor-parallel {tp} (micro-batches measured on {gtype}: {', '.join(have) or 'none'}); "
+                        "run with --derived to predict without measured times") from None
+    if len(table) != n:
+        raise SpecError(f"profiles_tmp.json: {model}/{gtype}/{mbs}/{tp} has {len(table)} layers, the "
+                        f"training config gives {n}")
+    return [[float(x) for x in table[str(i)]] for i in range(n)]
+
+
+def to_plan(run: SailorRun, model: str, optimizer: str) -> Plan:
+    """Replica r of every stage forms virtual worker r (1F1B with a flush, BSP all-reduce per stage;
+    Megatron's point-to-point calls block)."""
+    _nodes, ids = _placement(run)
+    dp = {len(run.replicas(s)) for s in range(run.stages)}
+    if len(dp) != 1:
+        raise SpecError(f"{run.name}: stages have different data-parallel degrees {sorted(dp)}; hetsim's "
+                        "virtual workers need the same number of replicas in every stage")
+    n_dp = dp.pop()
+    if run.gbs % (run.mbs * n_dp):
+        raise SpecError(f"{run.name}: gbs {run.gbs} is not a multiple of mbs x dp = {run.mbs * n_dp}")
+    bounds = [(min(l), max(l) + 1) for l in run.layers]
+    vws = []
+    for r in range(n_dp):
+        stages = []
+        for s in range(run.stages):
+            group = ids[run.replicas(s)[r]]
+            stages.append(StageSpec(gpu=group[0], tp_gpus=tuple(group[1:]), layers=bounds[s]))
+        vws.append(VirtualWorker(name=f"dp{r}", stages=tuple(stages)))
+    return Plan(name=run.name, model=model, minibatch_size=run.mbs, nm=run.gbs // (run.mbs * n_dp),
+                schedule="1f1b-flush", sync=SyncSpec(mode="bsp" if n_dp > 1 else "none"),
+                virtual_workers=tuple(vws), cluster=f"sailor-{run.name}", optimizer=optimizer,
+                blocking_p2p=True,
+                notes=f"imported from Sailor plan {run.name} (gbs {run.gbs}, mbs {run.mbs}, dp {n_dp})")
+
+
+@dataclass(frozen=True)
+class Imported:
+    cluster: dict                  # a cluster document (hetsim.cluster reads it)
+    profile: ModelProfile
+    plan: Plan
+    run: SailorRun
+    shape: TransformerShape
+
+
+def import_run(plan_path: str | Path, data: str | Path, training_config: str | Path, *,
+               measured_times: bool = True) -> Imported:
+    """Everything `hetsim simulate` needs for one Sailor plan, and what was measured."""
+    data = Path(data)
+    run = read_plan(plan_path)
+    model, shape, optimizer = read_shape(training_config)
+    for s, layers in enumerate(run.layers):
+        if list(layers) != list(range(min(layers), max(layers) + 1)):
+            raise SpecError(f"{run.name}: layers_per_stage[{s}] is not a contiguous range")
+    if max(run.layers[-1]) + 1 != shape.n_layers:
+        raise SpecError(f"{run.name}: the stages cover {max(run.layers[-1]) + 1} layers, the training config "
+                        f"{shape.n_layers}")
+    profile = to_profile(run, model, shape, data if measured_times else None)
+    return Imported(to_cluster(run, data), profile, to_plan(run, model, optimizer), run, shape)
