@@ -1,0 +1,83 @@
+"""Tensor-parallel stages: closed forms of compute division, activation all-reduces and DP rings."""
+
+from dataclasses import replace
+
+import pytest
+
+from conftest import cluster, profile
+from hetsim.plan import Plan, StageSpec, SyncSpec, VirtualWorker
+from hetsim.profile import tp_key
+from hetsim.sim import SimOptions, run_simulation
+
+
+def tp_plan(groups: list[list[list[str]]], splits: list[int], *, nm: int, sync: str = "none") -> Plan:
+    """groups[v][s]: the GPUs of stage s of virtual worker v (the first leads the TP group)."""
+    return Plan(name="tp", model="synthetic", minibatch_size=1, nm=nm, schedule="1f1b-flush",
+                sync=SyncSpec(mode=sync), virtual_workers=tuple(
+                    VirtualWorker(name=f"vw{v}", stages=tuple(
+                        StageSpec(gpu=g[0], tp_gpus=tuple(g[1:]), layers=(splits[s], splits[s + 1]))
+                        for s, g in enumerate(stages)))
+                    for v, stages in enumerate(groups)))
+
+
+def run(c, p, pl, waves=6):
+    return run_simulation(c, p, pl, SimOptions(waves=waves, warmup_waves=1, trace=False))
+
+
+@pytest.mark.parametrize("t", [2, 4, 8])
+def test_t_identical_gpus_with_free_links_divide_compute_by_t(t):
+    c = cluster([8])
+    p = profile(2, 0.010, 0.020)
+    one = run(c, p, tp_plan([[["node0/gpu0"]]], [0, 2], nm=4))
+    group = run(c, p, tp_plan([[[f"node0/gpu{k}" for k in range(t)]]], [0, 2], nm=4))
+    assert group.throughput["minibatches_per_s"] == pytest.approx(t * one.throughput["minibatches_per_s"], rel=1e-9)
+    assert {g.id for g in group.gpus} == {f"node0/gpu{k}" for k in range(t)}
+    assert all(g.tp == t and g.busy_fraction == pytest.approx(1.0) for g in group.gpus)
+
+
+def test_activation_allreduce_of_each_pass_crosses_the_links_as_a_ring():
+    t, nbytes, bw = 4, 8_000_000, 1e9
+    c = cluster([t], intra_Bps=bw)
+    base = profile(1, 0.010, 0.020)
+    p = replace(base, layers=(replace(base.layers[0], tp_allreduce_bytes=nbytes),))
+    report = run(c, p, tp_plan([[[f"node0/gpu{k}" for k in range(t)]]], [0, 1], nm=1), waves=5)
+    # Each pass: a ring all-reduce, 2(t-1) steps of nbytes/t on every GPU's outgoing link.
+    ring_s = 2 * (t - 1) * (nbytes / t) / bw
+    per_minibatch = (0.010 + 0.020) / t + 2 * ring_s
+    assert report.throughput["minibatches_per_s"] == pytest.approx(1 / per_minibatch, rel=1e-6)
+    out = {l.id: l.bytes for l in report.links}["node0/gpu0:out"]
+    minibatches = report.virtual_workers[0].minibatches
+    assert out == pytest.approx(minibatches * 2 * 2 * (t - 1) * nbytes / t, rel=1e-6)
+
+
+def test_times_measured_on_a_tp_group_are_used_as_they_are():
+    c = cluster([4])
+    base = profile(1, 0.010, 0.020)
+    layer = base.layers[0]
+    key = tp_key("test-gpu", 4)
+    measured = replace(layer, fwd_s={**layer.fwd_s, key: 0.004}, bwd_s={**layer.bwd_s, key: 0.006},
+                       tp_allreduce_bytes=10**12)           # would take ages if simulated on top
+    report = run(c, replace(base, layers=(measured,)),
+                 tp_plan([[[f"node0/gpu{k}" for k in range(4)]]], [0, 1], nm=1))
+    assert report.throughput["minibatches_per_s"] == pytest.approx(1 / 0.010, rel=1e-9)
+
+
+def test_data_parallel_rings_run_per_tp_rank_on_each_ranks_own_network_interface():
+    nbytes, bw = 400_000_000, 1e9
+    base = cluster([2, 2], net_Bps=bw)
+    c = replace(base, nodes=tuple(replace(n, nic_per_gpu=True) for n in base.nodes))
+    p = profile(1, 0.010, 0.020, param_bytes=nbytes)
+    pl = tp_plan([[["node0/gpu0", "node0/gpu1"]], [["node1/gpu0", "node1/gpu1"]]], [0, 1], nm=1, sync="bsp")
+    report = run(c, p, pl)
+    # Two rings (one per TP rank) of 2 members, each reducing nbytes/2 on its own 1 GB/s interface.
+    ring_s = 2 * (2 - 1) * (nbytes / 2 / 2) / bw
+    wave = (0.010 + 0.020) / 2 + ring_s
+    assert report.throughput["iteration_s"] == pytest.approx(wave, rel=1e-6)
+
+
+def test_a_tp_group_across_nodes_or_types_is_refused():
+    from hetsim.errors import PlanError
+    from hetsim.sim import run_simulation as simulate
+    c = cluster([2, 2])
+    with pytest.raises(PlanError, match="spans nodes"):
+        simulate(c, profile(1, 0.01, 0.02), tp_plan([[["node0/gpu0", "node1/gpu0"]]], [0, 1], nm=1))

@@ -1,0 +1,64 @@
+"""Stage memory: bytes per parameter by optimizer and precision, TP splits, recompute, reserve, 1F1B."""
+
+from dataclasses import replace
+
+import pytest
+
+from conftest import cluster, profile
+from hetsim.feasibility import plan_memory
+from hetsim.memory import MemorySettings, stage_memory
+from hetsim.plan import Plan, StageSpec, SyncSpec, VirtualWorker
+
+P = 1_000_000          # FP32 parameter bytes per layer
+
+
+def layers(saved=400, replicated=100):
+    base = profile(2, 0.01, 0.02, param_bytes=P, out_bytes=50)
+    return replace(base, layers=tuple(replace(l, saved_bytes=saved, saved_replicated_bytes=replicated)
+                                      for l in base.layers))
+
+
+@pytest.mark.parametrize("optimizer,precision,per_param", [
+    ("sgd", "fp32", 4 + 4), ("momentum", "fp32", 4 + 4 + 4), ("adam", "fp32", 4 + 4 + 8),
+    ("adamw", "tf32", 4 + 4 + 8), ("adam", "bf16", 2 + 4 + 4 + 8), ("sgd", "fp16", 2 + 4 + 4)])
+def test_bytes_per_parameter_follow_optimizer_and_precision(optimizer, precision, per_param):
+    m = stage_memory(layers(saved=0, replicated=0), 0, 2, in_flight=1, asynchronous=False,
+                     settings=MemorySettings(optimizer=optimizer, precision=precision))
+    assert m.weights_bytes + m.gradient_bytes + m.optimizer_bytes == 2 * P // 4 * per_param
+
+
+def test_tensor_parallel_member_keeps_the_replicated_part_whole_and_a_share_of_the_rest():
+    m = stage_memory(layers(saved=400, replicated=100), 0, 2, in_flight=3, asynchronous=False, tp=4,
+                     settings=MemorySettings(optimizer="adam"))
+    assert m.activation_bytes == 3 * 2 * (100 + 300 / 4)
+    assert m.weights_bytes == 2 * P / 4
+
+
+def test_recompute_keeps_layer_inputs_and_one_layer_being_recomputed():
+    full = stage_memory(layers(), 0, 2, in_flight=2, asynchronous=False, settings=MemorySettings())
+    again = stage_memory(layers(), 0, 2, in_flight=2, asynchronous=False,
+                         settings=MemorySettings(recompute=True))
+    assert full.activation_bytes == 2 * 800
+    assert again.activation_bytes == 2 * (50 + 50) + 400     # inputs of both layers, then one layer's set
+
+
+def test_16_bit_precisions_halve_saved_activations():
+    fp32 = stage_memory(layers(), 0, 2, in_flight=1, asynchronous=False, settings=MemorySettings())
+    bf16 = stage_memory(layers(), 0, 2, in_flight=1, asynchronous=False, settings=MemorySettings(precision="bf16"))
+    assert bf16.activation_bytes * 2 == fp32.activation_bytes
+
+
+def test_1f1b_stage_s_of_S_holds_S_minus_s_minibatches_and_each_gpu_its_reserve():
+    S = 4
+    c = cluster([S])
+    gpu = c.nodes[0].gpus[0].type
+    c = replace(c, nodes=(replace(c.nodes[0], gpus=tuple(replace(g, type=replace(gpu, framework_reserve_bytes=123))
+                                                          for g in c.nodes[0].gpus)),))
+    p = replace(layers(), layers=layers().layers * 2)
+    pl = Plan(name="m", model="synthetic", minibatch_size=1, nm=8, schedule="1f1b-flush", sync=SyncSpec(),
+              optimizer="sgd", virtual_workers=(VirtualWorker(name="vw0", stages=tuple(
+                  StageSpec(gpu=f"node0/gpu{s}", layers=(s, s + 1)) for s in range(S))),))
+    memory = plan_memory(pl, c, p)
+    for s in range(S):
+        m = memory[f"node0/gpu{s}"]
+        assert (m.in_flight, m.activation_bytes, m.reserve_bytes) == (S - s, (S - s) * 400, 123)

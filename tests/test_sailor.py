@@ -1,0 +1,81 @@
+"""Importing Sailor's real-GPU runs, and the accuracy hetsim reaches on them (experiments/peers/sailor)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import hetsim
+from hetsim.cli import main
+from hetsim.cluster import load_cluster
+from hetsim.errors import SpecError
+from hetsim.plan import load_plan
+from hetsim.sailor import import_run
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "experiments" / "peers" / "sailor" / "data"
+OPT = DATA / "configs" / "training_config_opt_350.json"
+GH = DATA / "plans" / "gh200-opt350"
+MIT = DATA / "plans" / "mit-opt350"
+
+
+def imported(tmp_path, plan, *extra):
+    out = tmp_path / plan.stem
+    assert main(["import", "sailor", str(plan), "--data", str(DATA), "--training-config", str(OPT),
+                 "--out", str(out), *extra]) == 0
+    return out
+
+
+def test_a_gh200_plan_becomes_replicas_of_tp4_groups_on_per_gpu_network_rails(tmp_path):
+    out = imported(tmp_path, GH / "plan_config_N4_D2.json")
+    plan, cluster = load_plan(out / "plan.json"), load_cluster(out / "cluster.yaml")
+    assert (len(plan.virtual_workers), plan.nm, plan.sync.mode, plan.schedule) == (2, 32, "bsp", "1f1b-flush")
+    assert [s.tp for s in plan.virtual_workers[0].stages] == [4, 4]
+    assert [s.layers for s in plan.virtual_workers[1].stages] == [(0, 12), (12, 26)]
+    assert len(cluster.nodes) == 4 and all(n.nic_per_gpu for n in cluster.nodes)
+    report = hetsim.simulate(cluster, hetsim.load_profile(out / "profile.yaml"), plan, waves=3,
+                             warmup_waves=1, trace=False)
+    assert report.throughput["tokens_per_s"] == report.throughput["samples_per_s"] * 2048
+    assert {g.tp for g in report.gpus} == {4} and len(report.gpus) == 16
+
+
+def test_mixed_replicas_and_a_slow_path_between_nodes(tmp_path):
+    out = imported(tmp_path, MIT / "plan_config_N4_D2.json")
+    plan, cluster = load_plan(out / "plan.json"), load_cluster(out / "cluster.yaml")
+    types = [[cluster.gpu(s.gpu).type.name for s in vw.stages] for vw in plan.virtual_workers]
+    assert types == [["rtx-3090", "titan-rtx"], ["rtx-2080-ti", "rtx-2080-ti"]]
+    assert cluster.paths, "Sailor measured 115 MB/s between some nodes whose interfaces are faster"
+
+
+def test_a_micro_batch_without_measured_times_is_named(tmp_path):
+    doc = json.loads((GH / "plan_config_N4_D2.json").read_text())
+    doc["mbs"] = 3
+    bad = tmp_path / "plan_config_bad.json"
+    bad.write_text(json.dumps(doc))
+    with pytest.raises(SpecError, match="micro-batch 3, tensor-parallel 4.*--derived"):
+        import_run(bad, DATA, OPT)
+
+
+def test_a_malformed_replica_is_named(tmp_path):
+    doc = json.loads((GH / "plan_config_N4_D2.json").read_text())
+    doc["pipeline_list"][0]["tmp_per_stage"][1][0] = ["GH-96", 4]
+    bad = tmp_path / "plan_config_bad.json"
+    bad.write_text(json.dumps(doc))
+    with pytest.raises(SpecError, match=r"tmp_per_stage\[1\]\[0\]"):
+        import_run(bad, DATA, OPT)
+
+
+def test_predictions_on_sailors_runs_stay_within_the_published_errors(tmp_path):
+    """The accuracy experiments/peers/sailor/results reports; a change that loses it fails here."""
+    out = tmp_path / "sailor.csv"
+    subprocess.run([sys.executable, str(ROOT / "experiments" / "peers" / "sailor" / "run.py"), "--data", str(DATA),
+                    "--training-config", str(OPT), "--plans", str(GH), str(MIT), "--out", str(out)],
+                   check=True, capture_output=True)
+    import pandas as pd
+    rows = pd.read_csv(out)
+    for name, limit in (("gh200-opt350", 9.0), ("mit-opt350", 9.0)):
+        errors = rows[rows["set"] == name]["time_err_pct"].abs()
+        assert len(errors) == {"gh200-opt350": 15, "mit-opt350": 9}[name]
+        assert errors.mean() <= limit, (name, errors.mean())
