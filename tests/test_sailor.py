@@ -79,3 +79,22 @@ def test_predictions_on_sailors_runs_stay_within_the_published_errors(tmp_path):
         errors = rows[rows["set"] == name]["time_err_pct"].abs()
         assert len(errors) == {"gh200-opt350": 15, "mit-opt350": 9}[name]
         assert errors.mean() <= limit, (name, errors.mean())
+
+
+def test_the_planners_closed_form_agrees_with_the_simulator_on_tensor_parallel_plans(tmp_path):
+    """Flush schedule: a wave is Nm minibatches through the bottleneck stage plus the pipeline's fill
+    (bsp_estimate); on the GH200 plans with Nm >= 8 (one optimizer step is then a small part)."""
+    from hetsim.planner.estimate import bsp_estimate, plan_partitions
+    checked = 0
+    for plan_path in sorted(GH.glob("*.json")):
+        out = imported(tmp_path, plan_path)
+        cluster, plan = load_cluster(out / "cluster.yaml"), load_plan(out / "plan.json")
+        if plan.nm < 8 or len(plan.virtual_workers) > 1:
+            continue
+        profile = hetsim.load_profile(out / "profile.yaml")
+        parts = plan_partitions(plan, cluster, profile)
+        estimate = bsp_estimate(parts, plan.nm, 0, 1.0)
+        simulated = hetsim.simulate(cluster, profile, plan, waves=3, warmup_waves=1, trace=False)
+        assert plan.nm / estimate.minibatches_per_s == pytest.approx(simulated.throughput["iteration_s"], rel=0.03)
+        checked += 1
+    assert checked == 2          # N1_D1_M4_G32 and N4_D1

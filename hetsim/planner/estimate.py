@@ -22,7 +22,7 @@ from hetsim.cluster import host_of
 from hetsim.planner.hetero import VwPartition
 from hetsim.topology import Topology
 
-__all__ = ["Estimate", "vw_rate", "wsp_estimate", "bsp_estimate", "link_loads", "pull_s"]
+__all__ = ["Estimate", "vw_rate", "wsp_estimate", "bsp_estimate", "link_loads", "pull_s", "plan_partitions"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -92,3 +92,40 @@ def bsp_estimate(parts: list[VwPartition], nm: int, param_bytes: int, bandwidth_
     allreduce_s = 2 * (n - 1) / n * param_bytes / bandwidth_Bps if n > 1 else 0.0
     bottleneck = "all-reduce" if allreduce_s > wave(slowest) else slowest.bottleneck_gpu
     return Estimate(minibatches_per_s=n * nm / (wave(slowest) + allreduce_s), bottleneck=bottleneck)
+
+
+def plan_partitions(plan, cluster, profile) -> list[VwPartition]:
+    """Each virtual worker of a written plan as the estimator sees it, tensor-parallel stages
+    included: a TP stage's compute is its TP time plus its activation all-reduces (a ring over the
+    node's links, when the times leave them out). Transfers in and out count in full against each
+    stage, as when point-to-point calls block (a stage with blocking_p2p waits out its sends)."""
+    from hetsim.feasibility import plan_memory
+    from hetsim.planner.hetero import VwPartition
+    profile = profile.scaled_to_batch(plan.minibatch_size)
+    topology = Topology(cluster)
+    memory = plan_memory(plan, cluster, profile)
+    parts = []
+    for vw in plan.virtual_workers:
+        compute, transfer, nbytes = [], [], []
+        for s, stage in enumerate(vw.stages):
+            lo, hi = stage.layers
+            times = profile.stage_times_tp(cluster.gpu(stage.gpu).type.name, lo, hi, stage.tp)
+            ring = 0.0
+            if stage.tp > 1 and not times.measured_tp:
+                bw = min(topology.capacity_Bps[f"{g}:out"] for g in stage.members)
+                ring = 2 * 2 * (stage.tp - 1) / stage.tp * profile.stage_tp_allreduce_bytes(lo, hi) / bw
+            compute.append(times.fwd_s + times.bwd_s + ring)
+            if s + 1 < len(vw.stages):
+                nxt = vw.stages[s + 1].gpu
+                nbytes.append(profile.cut_bytes(hi))
+                transfer.append(topology.route(stage.gpu, nxt).latency_s
+                                + nbytes[-1] / topology.bottleneck_Bps(stage.gpu, nxt))
+        k = len(vw.stages)
+        stage_s = tuple(compute[s] + (transfer[s - 1] if s else 0.0) + (transfer[s] if s + 1 < k else 0.0)
+                        for s in range(k))
+        parts.append(VwPartition(gpus=tuple(s.gpu for s in vw.stages),
+                                 boundaries=(0, *(s.layers[1] for s in vw.stages)), compute_s=tuple(compute),
+                                 transfer_s=tuple(transfer), transfer_bytes=tuple(nbytes),
+                                 param_bytes=tuple(profile.stage_param_bytes(*s.layers) for s in vw.stages),
+                                 stage_s=stage_s, memory_bytes=tuple(memory[s.gpu].total_bytes for s in vw.stages)))
+    return parts
