@@ -181,10 +181,14 @@ class ModelProfile:
         if batch_size == self.batch_size:
             return self
         r = batch_size / self.batch_size
-        layers = tuple(replace(l, output_bytes=int(round(l.output_bytes * r)),
+        scale = lambda b: int(round(b * r))
+        layers = tuple(replace(l, output_bytes=scale(l.output_bytes),
                                fwd_s={k: v * r for k, v in l.fwd_s.items()},
                                bwd_s={k: v * r for k, v in l.bwd_s.items()},
-                               flops_fwd=None if l.flops_fwd is None else l.flops_fwd * r)
+                               flops_fwd=None if l.flops_fwd is None else l.flops_fwd * r,
+                               saved_bytes=None if l.saved_bytes is None else scale(l.saved_bytes),
+                               saved_replicated_bytes=scale(l.saved_replicated_bytes),
+                               tp_allreduce_bytes=scale(l.tp_allreduce_bytes))
                        for l in self.layers)
         return replace(self, batch_size=batch_size, layers=layers,
                        input_bytes=int(round(self.input_bytes * r)),

@@ -25,6 +25,8 @@ from modelzoo.gpt import PRESETS as GPTS
 from modelzoo.gpt import gpt
 from modelzoo.graph import MODEL_INPUT, LayerGraph, layer_graph
 from modelzoo.inception import inception_v3
+from modelzoo.llama import PRESETS as LLAMAS
+from modelzoo.llama import llama
 from modelzoo.mlp import mlp
 from modelzoo.squeezenet import squeezenet
 from modelzoo.resnet import SPECS as RESNETS
@@ -40,6 +42,7 @@ MODELS: dict[str, tuple[Callable[..., nn.Module], tuple[int, ...]]] = {
     **{name: (lambda n=name, **kw: resnet(n, **kw), (3, 224, 224)) for name in RESNETS},
     **{name: (lambda n=name, **kw: densenet(n, **kw), (3, 224, 224)) for name in DENSENETS},
     **{name: (lambda n=name, **kw: gpt(n, **kw), (1024,)) for name in GPTS},
+    **{name: (lambda n=name, **kw: llama(n, **kw), (8192,)) for name in LLAMAS},
     "alexnet": (alexnet, (3, 224, 224)),
     "inception_v3": (inception_v3, (3, 299, 299)),
     "squeezenet1_0": (squeezenet, (3, 224, 224)),
@@ -50,7 +53,8 @@ MODELS: dict[str, tuple[Callable[..., nn.Module], tuple[int, ...]]] = {
 def build(name: str, batch: int = 1, device: str | torch.device = "cpu",
           **model_kwargs) -> tuple[nn.Module, torch.Tensor]:
     """The model and an example input batch (random, seeded) on `device`. `model_kwargs` go to the
-    constructor (e.g. hidden=, depth= for "mlp"; image_size= for image models; n_layer= for "gpt")."""
+    constructor (e.g. hidden=, depth= for "mlp"; image_size= for image models; n_layer=, seq_len= for
+    the GPTs and Llamas)."""
     if name not in MODELS:
         close = difflib.get_close_matches(name, MODELS, n=3, cutoff=0.5)
         hint = f"; did you mean {', '.join(map(repr, close))}?" if close else f"; known: {', '.join(sorted(MODELS))}"

@@ -9,6 +9,8 @@ Bytes are what eager execution moves: for every aten operation a layer runs, the
 inputs and outputs (views move nothing and are skipped), summed. Backward counts come from running
 the layer's autograd backward under the same counters, with the same detached-input method as the
 profiler (modelzoo.profiler), so a layer's backward includes its input and weight gradients only.
+What each layer saves for backward, and its tensor-parallel shares, come from modelzoo.saved, which
+runs the forward once more with CUDA's attention, dropout and RMSNorm kernels.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from hetsim.derive import LayerCost
 from hetsim.profile import LayerProfile, ModelProfile
 from modelzoo import MODEL_INPUT, LayerGraph, build, layer_graph
+from modelzoo.saved import count_saved
 
 __all__ = ["count_model", "count_graph", "counted_profile"]
 
@@ -47,14 +50,19 @@ def count_model(model: str, batch: int, **model_kwargs) -> list[LayerCost]:
 
 
 def counted_profile(model: str, batch: int, **model_kwargs) -> tuple[ModelProfile, list[LayerCost]]:
-    """A profile with every layer's kind, parameter and output bytes, FLOPs and edges but no times
-    yet (add them with hetsim.derive.derive_profile), and the counts to derive them from."""
+    """A profile with every layer's kind, parameter, output and saved bytes (with their tensor-parallel
+    shares), FLOPs and edges but no times yet (add them with hetsim.derive.derive_profile), and the
+    counts to derive them from."""
     module, example = build(model, batch=batch, device="meta", **model_kwargs)
     graph = layer_graph(module)
     outputs: list[int] = []
     costs = count_graph(graph, example, output_bytes=outputs)
+    saved = count_saved(graph, example)
     layers = tuple(LayerProfile(name=graph.names[i], kind=graph.kinds[i], param_bytes=graph.param_bytes(i),
-                                output_bytes=outputs[i], fwd_s={}, bwd_s={}, flops_fwd=costs[i].flops_fwd)
+                                output_bytes=outputs[i], fwd_s={}, bwd_s={}, flops_fwd=costs[i].flops_fwd,
+                                saved_bytes=saved[i].saved_bytes,
+                                saved_replicated_bytes=saved[i].replicated_bytes,
+                                tp_allreduce_bytes=saved[i].tp_allreduce_bytes)
                    for i in range(len(graph)))
     shape = "x".join(map(str, example.shape[1:]))
     return ModelProfile(model=model, batch_size=batch, layers=layers, edges=tuple(graph.edges),

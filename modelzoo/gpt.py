@@ -33,6 +33,14 @@ class GPTConfig:
 PRESETS = {
     "gpt2-small": GPTConfig(n_layer=12, d_model=768, n_head=12),
     "gpt2-medium": GPTConfig(n_layer=24, d_model=1024, n_head=16),
+    # The two GPT models Sailor (SOSP'25) trains with Megatron-DeepSpeed, as its configs give them.
+    # OPT-350M in Megatron's GPT shape: HF's OPT-350M (Zhang et al. 2022) also projects its 512-wide
+    # embeddings in and out of the 1024-wide blocks and is post-norm; Sailor's config models neither.
+    "opt-350m": GPTConfig(n_layer=24, d_model=1024, n_head=16, seq_len=2048, vocab_size=50272),
+    # GPT-Neo 2.7B in GPT-3 2.7B's shape (Brown et al. 2020, Table 2.1: 32 heads of 80); HF's GPT-Neo
+    # has 20 heads of 128, no Q/K/V biases (32 x 3 x 2560 fewer parameters) and local attention in
+    # every other layer.
+    "gpt-neo-2.7b": GPTConfig(n_layer=32, d_model=2560, n_head=32, seq_len=2048),
 }
 
 

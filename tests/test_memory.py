@@ -62,3 +62,10 @@ def test_1f1b_stage_s_of_S_holds_S_minus_s_minibatches_and_each_gpu_its_reserve(
     for s in range(S):
         m = memory[f"node0/gpu{s}"]
         assert (m.in_flight, m.activation_bytes, m.reserve_bytes) == (S - s, (S - s) * 400, 123)
+
+
+def test_scaling_a_profile_to_another_batch_scales_saved_and_all_reduced_bytes():
+    base = layers(saved=400, replicated=100)
+    base = replace(base, layers=tuple(replace(l, tp_allreduce_bytes=60) for l in base.layers))
+    big = base.scaled_to_batch(3)
+    assert [(l.saved_bytes, l.saved_replicated_bytes, l.tp_allreduce_bytes) for l in big.layers] == [(1200, 300, 180)] * 2

@@ -6,8 +6,10 @@ import torch
 from modelzoo import MODEL_INPUT, MODELS, build, layer_graph
 
 # Small inputs keep the suite fast; each is the smallest size the model's pooling allows.
-SMALL = {"inception_v3": {"image_size": 75}, "gpt2-small": {"n_layer": 2, "seq_len": 16, "vocab_size": 100},
-         "gpt2-medium": {"n_layer": 2, "seq_len": 16, "vocab_size": 100}, "mlp": {}}
+TEXT = {"n_layer": 2, "seq_len": 16, "vocab_size": 100}
+SMALL = {"inception_v3": {"image_size": 75}, "mlp": {}, "gpt2-small": TEXT, "gpt2-medium": TEXT,
+         "opt-350m": TEXT, "gpt-neo-2.7b": {**TEXT, "d_model": 64, "n_head": 4},
+         "llama-3-8b": {**TEXT, "d_model": 64, "n_head": 8, "n_kv_head": 2, "d_ff": 96}}
 
 
 def small(name: str) -> dict:
@@ -37,11 +39,37 @@ def test_stages_run_in_turn_equal_the_whole_model(name):
     ("resnet18", 11_689_512), ("resnet101", 44_549_160), ("resnext101", 88_791_336),
     # GPT-2 small is 124,439,808 with the head tied to the token embedding; untied adds 50257 x 768.
     ("gpt2-small", 124_439_808 + 50257 * 768),
+    ("llama-3-8b", 8_030_261_248),                # HF meta-llama/Meta-Llama-3-8B, head untied there too
 ])
 def test_parameter_counts_match_the_published_models(name, params):
     model = build(name, device="meta")[0]
     graph = layer_graph(model)
     assert sum(graph.param_bytes(i) for i in range(len(graph))) == params * 4
+
+
+def gpt_params(n_layer: int, h: int, seq: int, vocab: int) -> int:
+    """Token and position tables, 12h^2 + 13h per block (QKV, projection, 4h MLP, two LayerNorms, biases),
+    the final LayerNorm and the untied head."""
+    return vocab * h + seq * h + n_layer * (12 * h * h + 13 * h) + 2 * h + vocab * h
+
+
+def test_sailors_gpt_models_count_what_their_shapes_give():
+    def count(name):
+        graph = layer_graph(build(name, device="meta")[0])
+        return sum(graph.param_bytes(i) for i in range(len(graph))) // 4
+    assert count("opt-350m") == gpt_params(24, 1024, 2048, 50272) == 355_887_104 + 50272 * 1024
+    assert count("gpt-neo-2.7b") == gpt_params(32, 2560, 2048, 50257)
+    # HF's GPT-Neo 2.7B: 2,651,307,520 tied, without Q/K/V biases (32 x 3 x 2560)
+    assert count("gpt-neo-2.7b") == 2_651_307_520 + 32 * 3 * 2560 + 50257 * 2560
+
+
+def test_llama_blocks_and_embeddings_stay_whole_layers_with_rotary_tables_as_buffers():
+    model, x = build("llama-3-8b", batch=2, **SMALL["llama-3-8b"])
+    graph = layer_graph(model)
+    assert graph.kinds == ["Embeddings", "Block", "Block", "RMSNorm", "Linear"]
+    assert model(x).shape == (2, 16, 100)
+    assert {n for n, _ in graph.layers[1].named_buffers()} == {"cos", "sin"}
+    assert not graph.layers[1].state_dict().keys() & {"cos", "sin"}           # not in checkpoints
 
 
 def test_gpt_blocks_stay_whole_layers_and_take_token_ids():

@@ -12,7 +12,7 @@ Sailor's own prediction where sailor_predictions.csv (in --data) has one. Prints
 Spearman rank correlation per plan directory. `--derived` predicts without Sailor's measured layer
 times (datasheet peaks, hetsim.derive). `--fit-reserve` prints the framework reserve per GPU type that
 would make the memory errors' median zero (how the GPU files' framework_reserve_gib were set), instead
-of a table.
+of a table; `--reserve-gib X` puts X on every GPU instead (the leave-one-set-out check).
 """
 
 from __future__ import annotations
@@ -45,6 +45,9 @@ def predict(plan_path: Path, args: argparse.Namespace, workdir: Path) -> dict:
            "predicted_iter_s": report.throughput["iteration_s"],
            "measured_mem_bytes": measured["max_memory_bytes"], "predicted_mem_bytes": fullest.memory_bytes,
            "fullest_gpu_type": fullest.type, "reserve_bytes": fullest.memory_breakdown.get("reserve_bytes", 0)}
+    if args.reserve_gib is not None:            # the leave-one-set-out check: another set's reserve
+        row["predicted_mem_bytes"] += int(args.reserve_gib * GIB) - row["reserve_bytes"]
+        row["reserve_bytes"] = int(args.reserve_gib * GIB)
     row["time_err_pct"] = _err(row["predicted_iter_s"], row["measured_iter_s"])
     row["mem_err_pct"] = _err(row["predicted_mem_bytes"], row["measured_mem_bytes"])
     return row
@@ -154,6 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--precision", default="fp32", choices=("fp32", "tf32", "fp16", "bf16"))
     p.add_argument("--waves", type=int, default=3, help="iterations simulated, the first left out (default 3)")
     p.add_argument("--fit-reserve", action="store_true", help="print the fitted reserve per GPU type and stop")
+    p.add_argument("--reserve-gib", type=float, default=None, metavar="GIB",
+                   help="use this framework reserve on every GPU instead of the GPU files' (to test a "
+                        "reserve fitted on another set)")
     args = p.parse_args(argv)
     try:
         table = run_all(args)

@@ -1,0 +1,180 @@
+"""What autograd keeps for the backward pass, per layer and minibatch, counted on the meta device.
+
+    saved = count_saved(graph, example)      # list[SavedBytes], layer order
+
+Each layer's forward runs under `torch.autograd.graph.saved_tensors_hooks`; every distinct storage a
+saved tensor lives in counts once, in whole (Q, K and V are views of one QKV product: one storage).
+The layer's own parameters and buffers are not activations and are left out. A tensor that two
+layers save (a ReLU's output that the next convolution saves as its input) counts in both.
+
+Counted as CUDA runs the layer, not as CPU or meta would (a training GPU is what the count is for):
+
+- F.scaled_dot_product_attention: meta runs the math path, which keeps the s x s probabilities; CUDA
+  (and CPU, without a mask) run a fused kernel that keeps Q, K, V, the output and a logsumexp.
+- F.dropout: CPU and meta keep a full-width float mask; CUDA's native_dropout a 1-byte mask.
+- F.rms_norm: CPU and meta run a composite that also keeps the normalised input; CUDA's fused kernel
+  keeps the input and 1/rms.
+
+tests/modelzoo/test_saved.py shows each difference.
+
+Tensor parallelism (Megatron-LM, Shoeybi et al. 2019, section 3): each layer is followed through the
+products with its weights. A product whose other operand is whole is column-parallel and splits its
+output 1/t (QKV, the MLP's first product); one whose operand is split is row-parallel and all-reduces
+its output, whole again (attention's output projection, the MLP's second product); every other
+operation's output is split when one of its inputs is. A lookup of the token ids the layer receives is
+vocab-parallel and all-reduced too. `replicated_bytes` are the saved storages that stay whole: in a
+transformer block the norms' inputs, the QKV and first MLP products' inputs and the dropout masks:
+the 10sbh of Korthikanti et al. 2022's sbh(10 + 24/t + 5as/ht) bytes per member at 16 bits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import chain
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from modelzoo.graph import MODEL_INPUT, LayerGraph
+
+__all__ = ["SavedBytes", "count_saved", "layer_saved"]
+
+aten = torch.ops.aten
+
+
+@dataclass(frozen=True)
+class SavedBytes:
+    """One layer, one minibatch: what autograd keeps, the part a TP member keeps whole, and what one
+    forward all-reduces inside a TP group."""
+
+    saved_bytes: int
+    replicated_bytes: int
+    tp_allreduce_bytes: int
+
+
+def count_saved(graph: LayerGraph, example: torch.Tensor) -> list[SavedBytes]:
+    """Saved bytes of every layer of `graph` on `example` (use the meta device: nothing is computed).
+    Each layer gets its predecessors' outputs as fresh leaves, as a pipeline stage receives them."""
+    graph.layers.train()
+    values: dict[int, torch.Tensor] = {MODEL_INPUT: example}
+    counts = []
+    for i, layer in enumerate(graph.layers):
+        count, out = layer_saved(layer, [values[p] for p in graph.preds[i]])
+        counts.append(count)
+        out = out.detach()
+        values[i] = out.requires_grad_(True) if out.is_floating_point() else out
+    return counts
+
+
+def layer_saved(layer: nn.Module, inputs: list[torch.Tensor]) -> tuple[SavedBytes, torch.Tensor]:
+    """Run `layer(*inputs)` once, counting what it saves; the output comes back, its graph alive."""
+    weights = {_key(t) for t in chain(layer.parameters(), layer.buffers())}
+    tp = _TensorParallel(weights, {_key(t) for t in inputs})
+    saved: dict[int, tuple[torch.UntypedStorage, bool]] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        k = _key(t)
+        if k not in weights and k not in saved:
+            saved[k] = (t.untyped_storage(), k not in tp.split)
+        return t
+
+    with _AsOnCuda(), tp, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = layer(*inputs)
+    total = sum(s.nbytes() for s, _ in saved.values())
+    whole = sum(s.nbytes() for s, replicated in saved.values() if replicated)
+    return SavedBytes(saved_bytes=total, replicated_bytes=whole, tp_allreduce_bytes=tp.allreduce_bytes), out
+
+
+def _key(t: torch.Tensor) -> int:
+    # Storage identity: meta tensors have no data pointer, so the address of the storage itself stands
+    # in; every storage keyed here is held alive until the count ends, so no address is reused.
+    return t.untyped_storage()._cdata
+
+
+class _TensorParallel(TorchDispatchMode):
+    """Which storages of one layer a Megatron TP group splits, and the bytes it all-reduces."""
+
+    _PRODUCTS = {aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default}
+
+    def __init__(self, weights: set[int], inputs: set[int]):
+        super().__init__()
+        self.weights, self.inputs = weights, inputs
+        self.split: dict[int, torch.UntypedStorage] = {}
+        self.allreduce_bytes = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+        operands = [t for t in tensors if _key(t) not in self.weights]
+        split = any(_key(t) in self.split for t in operands)
+        outputs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+        if len(operands) < len(tensors) and func in self._PRODUCTS:
+            if split:                                      # row-parallel: all-reduced, whole again
+                self.allreduce_bytes += sum(t.nbytes for t in outputs)
+            split = not split
+        elif func is aten.embedding.default and any(_key(t) in self.inputs for t in operands):
+            self.allreduce_bytes += sum(t.nbytes for t in outputs)     # vocab-parallel lookup
+        if split:
+            self.split.update((_key(t), t.untyped_storage()) for t in outputs)
+        return out
+
+
+class _AsOnCuda(TorchFunctionMode):
+    """On CPU and meta tensors, the calls whose CUDA kernel saves other tensors run as CUDA's would."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        tensor = next((a for a in args if isinstance(a, torch.Tensor)), None)
+        substitute = _SUBSTITUTES.get(func)
+        if substitute is not None and tensor is not None and tensor.device.type in ("cpu", "meta"):
+            out = substitute(*args, **kwargs)
+            if out is not None:
+                return out
+        return func(*args, **kwargs)
+
+
+def _attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+               enable_gqa=False):
+    """The fused kernel (CUDA's flash or memory-efficient, CPU's flash), which saves no s x s tensor."""
+    if attn_mask is not None or dropout_p or query.dim() != 4 or (key.shape[1] != query.shape[1]
+                                                                  and not enable_gqa):
+        return None                                        # leave it to torch
+    return aten._scaled_dot_product_flash_attention_for_cpu(query, key, value, 0.0, is_causal,
+                                                            scale=scale)[0]
+
+
+def _dropout(input, p=0.5, training=True, inplace=False):
+    return torch.native_dropout(input, p, True)[0] if training and p and not inplace else None
+
+
+def _rms_norm(input, normalized_shape, weight=None, eps=None):
+    return _FusedRMSNorm.apply(input, weight, list(normalized_shape), eps)
+
+
+class _FusedRMSNorm(torch.autograd.Function):
+    """RMSNorm saving what CUDA's fused kernel saves (input and 1/rms); its backward recomputes."""
+
+    @staticmethod
+    def forward(ctx, x, weight, shape, eps):
+        out, rstd = aten._fused_rms_norm(x, shape, weight, eps)
+        ctx.save_for_backward(x, rstd, weight)
+        ctx.shape, ctx.eps = shape, eps
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, _, weight = ctx.saved_tensors
+        leaves = [t.detach().requires_grad_(need) if t is not None else None
+                  for t, need in zip((x, weight), ctx.needs_input_grad[:2])]
+        with torch.enable_grad():
+            out = torch.rms_norm(leaves[0], ctx.shape, leaves[1], ctx.eps)
+        wanted = [t for t in leaves if t is not None and t.requires_grad]
+        grads = iter(torch.autograd.grad(out, wanted, grad))
+        return (*(next(grads) if t is not None and t.requires_grad else None for t in leaves), None, None)
+
+
+_SUBSTITUTES = {F.scaled_dot_product_attention: _attention, F.dropout: _dropout, F.rms_norm: _rms_norm}

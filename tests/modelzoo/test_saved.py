@@ -1,0 +1,186 @@
+"""What autograd saves for backward: the meta count against torch's own record on CPU, and against the
+closed form of Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer
+Models", section 4.2) for the zoo's blocks.
+
+The closed form: one layer keeps 34sbh + 5as^2b bytes at 16 bits (s sequence, b batch, h width, a
+heads); 5as^2b are the softmax's input to dropout, its mask and output (s x s per head). The zoo's
+attention is F.scaled_dot_product_attention. On CPU and CUDA it runs a fused kernel that keeps no s x s
+tensor but a logsumexp of a x s x b in FP32; on meta it runs the math path, which keeps the
+probabilities, so counting runs it as the fused kernel. At FP32 with 1-byte dropout masks (CUDA's),
+the 32 sbh of 16-bit activations double and the two masks stay: 66sbh, plus the logsumexp 4asb and
+the two LayerNorms' mean and 1/std, 16sb. Of those, the norms' inputs, the inputs of the QKV and the
+first MLP product and the two masks stay whole in a tensor-parallel group: 10sbh at 16 bits, 18sbh
++ 16sb here.
+"""
+
+import pytest
+import torch
+from torch.utils._pytree import tree_flatten
+
+from modelzoo import build, layer_graph
+from modelzoo.counting import counted_profile
+from modelzoo.saved import count_saved, layer_saved
+
+S, B = 32, 2
+GPT = {"n_layer": 1, "seq_len": S, "d_model": 64, "n_head": 4, "vocab_size": 100}
+LLAMA = {"n_layer": 1, "seq_len": S, "d_model": 64, "n_head": 8, "n_kv_head": 2, "d_ff": 160,
+         "vocab_size": 100}
+
+
+def gpt_block_closed_form(s: int, b: int, h: int, a: int) -> tuple[int, int]:
+    """(saved, replicated) bytes of one block at FP32 with a fused attention kernel (see above)."""
+    return 66 * s * b * h + 16 * s * b + 4 * a * s * b, 18 * s * b * h + 16 * s * b
+
+
+def block(name: str, device: str, config: dict):
+    torch.manual_seed(0)
+    model, _ = build(name, batch=B, device=device, **config)
+    graph = layer_graph(model)
+    graph.layers.train()
+    x = torch.randn(B, S, config["d_model"], device=device, requires_grad=True)
+    return graph.layers[1], x
+
+
+def autograd_saved_bytes(out: torch.Tensor, module: torch.nn.Module) -> int:
+    """torch's own record: the storages every node of `out`'s autograd graph holds, weights aside."""
+    own = {t.untyped_storage().data_ptr() for t in [*module.parameters(), *module.buffers()]}
+    storages = {}
+    for node in autograd_nodes(out):
+        held = [getattr(node, a) for a in dir(node) if a.startswith("_saved_")]
+        held += list(getattr(node, "saved_tensors", ()))           # custom autograd Functions
+        for t in tree_flatten(held)[0]:
+            if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in own:
+                storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+    return sum(storages.values())
+
+
+def autograd_nodes(out: torch.Tensor) -> list:
+    seen, stack = [], [out.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is not None and node not in seen:
+            seen.append(node)
+            stack += [n for n, _ in node.next_functions]
+    return seen
+
+
+def node_names(out: torch.Tensor) -> set[str]:
+    return {type(node).__name__ for node in autograd_nodes(out)}
+
+
+@pytest.mark.parametrize("name,config", [("gpt2-small", GPT), ("llama-3-8b", LLAMA)])
+def test_meta_count_equals_what_the_autograd_graph_of_a_real_cpu_run_holds(name, config):
+    meta_block, meta_x = block(name, "meta", config)
+    meta, _ = layer_saved(meta_block, [meta_x])
+    module, x = block(name, "cpu", config)
+    cpu, out = layer_saved(module, [x])
+    assert meta == cpu
+    assert cpu.saved_bytes == autograd_saved_bytes(out, module)
+
+
+@pytest.mark.parametrize("name,config", [("gpt2-small", GPT), ("llama-3-8b", LLAMA)])
+def test_counting_as_on_cuda_computes_what_torch_computes(name, config):
+    module, x = block(name, "cpu", config)
+    torch.manual_seed(1)
+    _, out = layer_saved(module, [x])
+    (out * out).sum().backward()
+    grads = [x.grad] + [p.grad for p in module.parameters()]
+    module.zero_grad()
+    x.grad = None
+    torch.manual_seed(1)                   # same dropout draws: native_dropout and F.dropout agree on CPU
+    plain = module(x)
+    (plain * plain).sum().backward()
+    assert torch.allclose(out, plain, atol=1e-5)
+    for a, b in zip(grads, [x.grad] + [p.grad for p in module.parameters()]):
+        assert torch.allclose(a, b, atol=1e-4)
+
+
+def test_attention_runs_the_math_path_on_meta_and_flash_on_cpu_and_is_counted_as_the_fused_kernel():
+    flash = "ScaledDotProductFlashAttentionForCpuBackward0"
+    meta_block, meta_x = block("gpt2-small", "meta", GPT)
+    assert "SafeSoftmaxBackward0" in node_names(meta_block(meta_x))          # keeps s x s probabilities
+    assert flash in node_names(layer_saved(meta_block, [meta_x])[1])
+    cpu_block, cpu_x = block("gpt2-small", "cpu", GPT)
+    assert flash in node_names(cpu_block(cpu_x))
+
+
+def test_cpu_eager_keeps_float_dropout_masks_where_cuda_keeps_bytes():
+    module, x = block("gpt2-small", "cpu", GPT)
+    counted, _ = layer_saved(module, [x])
+    eager = autograd_saved_bytes(module(x), module)
+    assert eager - counted.saved_bytes == 2 * S * B * GPT["d_model"] * (4 - 1)
+
+
+def test_cpu_eager_rms_norm_also_keeps_the_normalised_input_where_cudas_fused_kernel_does_not():
+    module, x = block("llama-3-8b", "cpu", LLAMA)
+    counted, _ = layer_saved(module, [x])
+    eager = autograd_saved_bytes(module(x), module)
+    assert eager - counted.saved_bytes == 2 * S * B * LLAMA["d_model"] * 4
+
+
+def test_gpt_block_saves_korthikantis_closed_form_with_a_fused_attention_kernel():
+    # opt-350m's block at its own width, heads and sequence (2048), batch 1, FP32.
+    profile, _ = counted_profile("opt-350m", 1, n_layer=2)
+    saved, replicated = gpt_block_closed_form(2048, 1, 1024, 16)
+    for layer in profile.layers[1:3]:
+        assert (layer.saved_bytes, layer.saved_replicated_bytes) == (saved, replicated)
+        assert saved == 138_575_872
+        assert layer.tp_allreduce_bytes == 2 * layer.output_bytes
+    embed, norm, head = profile.layers[0], profile.layers[-2], profile.layers[-1]
+    assert embed.tp_allreduce_bytes == embed.output_bytes
+    assert norm.tp_allreduce_bytes == head.tp_allreduce_bytes == 0
+    # token and position ids (int64) and the dropout mask; all whole in a TP group
+    assert embed.saved_bytes == embed.saved_replicated_bytes == 8 * 2048 + 8 * 2048 + 2048 * 1024
+
+
+def test_llama_block_keeps_the_gqa_swiglu_form():
+    # x and both norms' outputs, Q, K and V after rotation (K, V at kv/a width), attention output, the
+    # residual, and four d_ff-wide SwiGLU tensors: FP32; each norm's 1/rms; the logsumexp.
+    s, b, h, a, kv, f = S, B, LLAMA["d_model"], LLAMA["n_head"], LLAMA["n_kv_head"], LLAMA["d_ff"]
+    profile, _ = counted_profile("llama-3-8b", b, **LLAMA)
+    layer = profile.layers[1]
+    whole = 4 * s * b * h * 4 + 2 * s * b * 4
+    split = (2 * s * b * h + 2 * s * b * h * kv // a + 4 * s * b * f) * 4 + 4 * a * s * b
+    assert layer.saved_bytes == whole + split
+    assert layer.saved_replicated_bytes == whole
+    assert layer.tp_allreduce_bytes == 2 * layer.output_bytes
+
+
+def test_saved_bytes_scale_linearly_with_batch():
+    one, _ = counted_profile("llama-3-8b", 1, **LLAMA)
+    three, _ = counted_profile("llama-3-8b", 3, **LLAMA)
+    for a, b in zip(one.layers, three.layers):
+        assert (b.saved_bytes, b.saved_replicated_bytes, b.tp_allreduce_bytes) == \
+            (3 * a.saved_bytes, 3 * a.saved_replicated_bytes, 3 * a.tp_allreduce_bytes)
+
+
+def test_layers_without_weight_products_keep_all_saved_bytes_whole():
+    profile, _ = counted_profile("resnet18", 2, image_size=32)
+    assert all(l.saved_bytes == l.saved_replicated_bytes for l in profile.layers)
+    assert all(l.tp_allreduce_bytes == 0 for l in profile.layers)
+    relu = next(l for l in profile.layers if l.kind == "ReLU")
+    assert relu.saved_bytes == relu.output_bytes                       # threshold_backward keeps the result
+
+
+def test_count_saved_gives_one_count_per_layer_and_excludes_weights():
+    model, x = build("mlp", batch=8, device="meta", hidden=32, depth=2, in_features=16)
+    counts = count_saved(layer_graph(model), x)
+    assert [c.saved_bytes for c in counts][:2] == [8 * 16 * 4, 8 * 32 * 4]    # a Linear keeps its input
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
+@pytest.mark.parametrize("name", ["gpt2-small", "llama-3-8b"])
+def test_meta_count_is_what_a_cuda_forward_leaves_allocated(name):
+    config = {**(GPT if name == "gpt2-small" else LLAMA), "seq_len": 256, "d_model": 512}
+    model, _ = build(name, batch=B, device="cuda", **config)
+    module = layer_graph(model).layers[1].train()
+    x = torch.randn(B, 256, 512, device="cuda", requires_grad=True)
+    meta_model, _ = build(name, batch=B, device="meta", **config)
+    counted, _ = layer_saved(layer_graph(meta_model).layers[1], [x.detach().to("meta").requires_grad_()])
+    module(x)                                                    # warm-up: cuBLAS workspaces and the like
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    out = module(x)
+    torch.cuda.synchronize()
+    kept = torch.cuda.memory_allocated() - before               # saved tensors but x, and the output
+    assert kept - out.nbytes + x.nbytes == pytest.approx(counted.saved_bytes, rel=0.02)
