@@ -9,8 +9,24 @@ with e (achieved / peak) looked up by layer kind and pass, most specific first:
 "compute.Conv2d.bwd", "compute.Conv2d", "compute" (same for "memory"); "overhead_s" (per-layer fixed
 cost: kernel launches, Python dispatch) likewise. Factors come from a device type's `efficiency`
 mapping in gpu_profiles/gpus/*.yaml, else gpu_profiles/efficiency.yaml (`gpus: {type: {...}}`, then
-`default`). `calibrate` fits them to a measured profile, per layer kind and pass.
+`default` and `kernel_classes.factors`). `calibrate` fits them to a measured profile, per layer kind and pass.
 Counts (F, B) come from modelzoo.counting, on the meta device; this module imports no torch.
+
+Kernel classes. A layer whose cost has `parts` (a transformer block: its GEMMs, its attention products,
+its pointwise work and its norms, counted per operation) takes the sum of one such roofline per part,
+each part's kind being its class ("gemm", "attention", "elementwise", "norm"), plus the layer's
+overhead once. Other layers are one part whose class follows from their kind (KIND_CLASS).
+
+Precision (hetsim.plan.PRECISIONS) sets P and the bytes per element. Counted FLOPs are matrix products
+only (modelzoo.counting), so they run at GpuType.peak_flops(precision, class):
+    fp32  FP32 math on CUDA cores, TF32 off (torch.backends.cuda.matmul.allow_tf32 = False);
+    tf32  FP32 storage, matrix products in TF32 on tensor cores (allow_tf32 = True, as NVIDIA's NGC
+          PyTorch containers set by default); GPUs before Ampere run them in FP32 on CUDA cores;
+    fp16, bf16  mixed precision: activations, weight copies and matrix products in 16 bit on tensor
+          cores (FP32 accumulate), FP32 master weights in the optimizer step (not a layer time).
+Tensor-core work takes its compute factor from "tensor.<kind>[.<pass>]" where the data has one, else
+the "compute" chain above. Counted bytes are FP32 (4 per element); 16-bit precisions move 2 per element
+in every class: Megatron-style mixed precision keeps norm and softmax inputs and outputs in 16 bit.
 """
 
 from __future__ import annotations
@@ -23,30 +39,71 @@ import yaml
 
 from hetsim.data import data_root
 from hetsim.errors import SpecError
-from hetsim.gpu import GpuType
+from hetsim.gpu import KERNEL_CLASSES, GpuType
+from hetsim.plan import PRECISIONS
 from hetsim.profile import LayerProfile, ModelProfile
 
 __all__ = ["LayerCost", "Efficiency", "load_efficiencies", "pass_time_s", "derive_profile", "calibrate",
-           "calibration_errors"]
+           "calibration_errors", "kernel_class", "cost_from_ops", "KIND_CLASS", "OP_CLASS", "ELEMENT_BYTES"]
 
 PASSES = ("fwd", "bwd")
+# Layer kinds -> kernel class; unlisted kinds are elementwise. A Block without parts is timed as one
+# GEMM-class roofline: all its counted FLOPs are matrix products.
+KIND_CLASS = {**{c: c for c in KERNEL_CLASSES},
+              **dict.fromkeys(("Linear", "Conv1d", "Conv2d", "Conv3d", "Head", "Block"), "gemm"),
+              **dict.fromkeys(("LayerNorm", "RMSNorm", "Norm", "BatchNorm1d", "BatchNorm2d", "GroupNorm"), "norm")}
+# aten operations -> kernel class, for counting a layer's work by class; unlisted operations are
+# elementwise (softmax included: outside a fused attention kernel it is a memory-bound pass), or gemm
+# if they do counted FLOPs.
+OP_CLASS = {**dict.fromkeys(("mm", "addmm", "convolution", "_convolution", "convolution_backward"), "gemm"),
+            **dict.fromkeys(("bmm", "baddbmm", "_scaled_dot_product_flash_attention",
+                             "_scaled_dot_product_flash_attention_backward",
+                             "_scaled_dot_product_efficient_attention",
+                             "_scaled_dot_product_efficient_attention_backward",
+                             "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_cudnn_attention_backward",
+                             "_flash_attention_forward", "_flash_attention_backward",
+                             "_efficient_attention_forward", "_efficient_attention_backward"), "attention"),
+            **dict.fromkeys(("native_layer_norm", "native_layer_norm_backward", "native_batch_norm",
+                             "_native_batch_norm_legit", "native_batch_norm_backward", "native_group_norm",
+                             "native_group_norm_backward", "_fused_rms_norm", "_fused_rms_norm_backward"), "norm")}
+ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2}     # per activation/weight element moved
 
 
 @dataclass(frozen=True, kw_only=True)
 class LayerCost:
-    """One layer's work for a whole minibatch: FLOPs (multiply-add = 2) and bytes moved, per pass."""
+    """One layer's work for a whole minibatch: FLOPs (multiply-add = 2) and bytes moved, per pass.
+    `parts`, when counted, split the same work by kernel class (each part's kind is a class)."""
 
     kind: str
     flops_fwd: float
     flops_bwd: float
     bytes_fwd: float
     bytes_bwd: float
+    parts: tuple["LayerCost", ...] = ()
 
     def flops(self, pass_: str) -> float:
         return self.flops_fwd if pass_ == "fwd" else self.flops_bwd
 
     def bytes(self, pass_: str) -> float:
         return self.bytes_fwd if pass_ == "fwd" else self.bytes_bwd
+
+
+def kernel_class(kind: str) -> str:
+    return KIND_CLASS.get(kind, "elementwise")
+
+
+def cost_from_ops(kind: str, fwd: dict[str, tuple[float, float]], bwd: dict[str, tuple[float, float]]) -> LayerCost:
+    """A layer's cost with parts by kernel class, from (FLOPs, bytes) per aten operation name and pass."""
+    sums = {c: [0.0, 0.0, 0.0, 0.0] for c in KERNEL_CLASSES}
+    for offset, ops in ((0, fwd), (1, bwd)):
+        for op, (flops, moved) in ops.items():
+            acc = sums[OP_CLASS.get(op, "gemm" if flops else "elementwise")]
+            acc[offset] += flops
+            acc[2 + offset] += moved
+    parts = tuple(LayerCost(kind=c, flops_fwd=f, flops_bwd=fb, bytes_fwd=b, bytes_bwd=bb)
+                  for c, (f, fb, b, bb) in sums.items() if f or fb or b or bb)
+    return LayerCost(kind=kind, flops_fwd=sum(p.flops_fwd for p in parts), flops_bwd=sum(p.flops_bwd for p in parts),
+                     bytes_fwd=sum(p.bytes_fwd for p in parts), bytes_bwd=sum(p.bytes_bwd for p in parts), parts=parts)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,21 +114,29 @@ class Efficiency:
     base: "Efficiency | None" = None
 
     def get(self, key: str, kind: str, pass_: str) -> float:
-        for k in (f"{key}.{kind}.{pass_}", f"{key}.{kind}", key):
+        value = self.find(key, kind, pass_)
+        if value is None:
+            raise SpecError(f"efficiency: no factor {key!r} (add it to gpu_profiles/efficiency.yaml default)")
+        return value
+
+    def find(self, key: str, kind: str, pass_: str, *, generic: bool = True) -> float | None:
+        """The most specific factor, or None; `generic=False` skips the bare `key`."""
+        for k in (f"{key}.{kind}.{pass_}", f"{key}.{kind}", key)[:3 if generic else 2]:
             if k in self.factors:
                 return float(self.factors[k])
-        if self.base is not None:
-            return self.base.get(key, kind, pass_)
-        raise SpecError(f"efficiency: no factor {key!r} (add it to gpu_profiles/efficiency.yaml default)")
+        return self.base.find(key, kind, pass_, generic=generic) if self.base is not None else None
 
 
 def load_efficiencies(gpus: dict[str, GpuType], path: str | Path | None = None) -> dict[str, Efficiency]:
     """The Efficiency of each device type: its own yaml mapping, then efficiency.yaml's entries."""
     path = Path(path) if path is not None else data_root() / "efficiency.yaml"
     doc = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(doc.get("default"), dict):
-        raise SpecError(f"{path.name}: default: expected a mapping of efficiency factors")
-    default = Efficiency(factors=doc["default"])
+    default, classes = doc.get("default"), doc.get("kernel_classes") or {}
+    classes = (classes.get("factors") or {}) if isinstance(classes, dict) else classes
+    for section, value in (("default", default), ("kernel_classes.factors", classes)):
+        if not isinstance(value, dict):
+            raise SpecError(f"{path.name}: {section}: expected a mapping of efficiency factors")
+    default = Efficiency(factors={**default, **classes})
     per_gpu = doc.get("gpus") or {}
     out = {}
     for name, gpu in gpus.items():
@@ -80,26 +145,36 @@ def load_efficiencies(gpus: dict[str, GpuType], path: str | Path | None = None) 
     return out
 
 
-def pass_time_s(cost: LayerCost, pass_: str, gpu: GpuType, eff: Efficiency) -> float:
-    """Roofline seconds of one pass of one layer (module docstring)."""
-    kind = cost.kind
-    compute = cost.flops(pass_) / (gpu.peak_fp32_flops * eff.get("compute", kind, pass_))
-    memory = cost.bytes(pass_) / (gpu.memory_bandwidth_Bps * eff.get("memory", kind, pass_))
-    return max(compute, memory) + eff.get("overhead_s", kind, pass_)
+def pass_time_s(cost: LayerCost, pass_: str, gpu: GpuType, eff: Efficiency, precision: str = "fp32") -> float:
+    """Roofline seconds of one pass of one layer (module docstring): one roofline per part, summed."""
+    busy = sum(_roofline_s(part, pass_, gpu, eff, precision) for part in (cost.parts or (cost,)))
+    return busy + eff.get("overhead_s", cost.kind, pass_)
+
+
+def _roofline_s(cost: LayerCost, pass_: str, gpu: GpuType, eff: Efficiency, precision: str) -> float:
+    kind, cls = cost.kind, kernel_class(cost.kind)
+    e_compute = eff.find("tensor", kind, pass_, generic=False) if gpu.uses_tensor_cores(precision, cls) else None
+    if e_compute is None:
+        e_compute = eff.get("compute", kind, pass_)
+    compute = cost.flops(pass_) / (gpu.peak_flops(precision, cls) * e_compute)
+    moved = cost.bytes(pass_) * ELEMENT_BYTES[precision] / 4
+    return max(compute, moved / (gpu.memory_bandwidth_Bps * eff.get("memory", kind, pass_)))
 
 
 def derive_profile(base: ModelProfile, costs: list[LayerCost], gpus: list[GpuType],
-                   effs: dict[str, Efficiency], *, note: str = "") -> ModelProfile:
-    """`base` (measured or counted: names, bytes, edges) with derived times added for `gpus` and
-    flops_fwd filled in from `costs`."""
+                   effs: dict[str, Efficiency], *, note: str = "", precision: str = "fp32") -> ModelProfile:
+    """`base` (measured or counted: names, bytes, edges) with derived times added for `gpus` trained at
+    `precision` and flops_fwd filled in from `costs`."""
     if len(costs) != base.n_layers:
         raise SpecError(f"derive: {len(costs)} layer counts for a {base.n_layers}-layer profile of {base.model}")
+    if precision not in PRECISIONS:
+        raise SpecError(f"derive: precision {precision!r} is not one of {', '.join(PRECISIONS)}")
     layers = []
     for layer, cost in zip(base.layers, costs):
-        fwd = {**layer.fwd_s, **{g.name: pass_time_s(cost, "fwd", g, effs[g.name]) for g in gpus}}
-        bwd = {**layer.bwd_s, **{g.name: pass_time_s(cost, "bwd", g, effs[g.name]) for g in gpus}}
+        fwd = {**layer.fwd_s, **{g.name: pass_time_s(cost, "fwd", g, effs[g.name], precision) for g in gpus}}
+        bwd = {**layer.bwd_s, **{g.name: pass_time_s(cost, "bwd", g, effs[g.name], precision) for g in gpus}}
         layers.append(replace(layer, fwd_s=fwd, bwd_s=bwd, flops_fwd=cost.flops_fwd))
-    derived = ", ".join(g.name for g in gpus)
+    derived = ", ".join(g.name for g in gpus) + ("" if precision == "fp32" else f" at {precision}")
     source = "; ".join(s for s in (base.source, f"derived for {derived} by hetsim.derive (roofline of "
                                    f"counted FLOPs/bytes with efficiency factors from gpu_profiles){note}") if s)
     return replace(base, layers=tuple(layers), source=source)

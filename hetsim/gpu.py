@@ -1,4 +1,10 @@
-"""GPU types: datasheet figures, loaded from gpu_profiles/gpus/*.yaml (SI units inside)."""
+"""GPU types: datasheet figures, loaded from gpu_profiles/gpus/*.yaml (SI units inside).
+
+Peaks are dense (no structured sparsity). `peak_fp16_tflops` is FP16 with FP32 accumulate: on tensor
+cores where the GPU has them (`tensor_cores: true`), else packed FP16 on CUDA cores (Pascal).
+`peak_tf32_tflops` and `peak_bf16_tflops` exist from Ampere on; GPUs without them run such work the way
+the libraries fall back on them: TF32 GEMMs as FP32 on CUDA cores, BF16 GEMMs with FP32 math.
+"""
 
 from __future__ import annotations
 
@@ -8,14 +14,20 @@ from pathlib import Path
 from hetsim.data import data_root
 from hetsim.errors import SpecError
 from hetsim.fields import Fields
+from hetsim.plan import PRECISIONS
 
-__all__ = ["GpuType", "load_gpu_type", "load_gpu_types"]
+__all__ = ["GpuType", "load_gpu_type", "load_gpu_types", "KERNEL_CLASSES", "MATMUL_CLASSES"]
 
 GIB = 1024**3
+# What a kernel does, as far as the hardware unit that runs it goes: products with weights (gemm),
+# products of activations with each other or a fused attention kernel (attention): both can run on
+# tensor cores; pointwise work and reductions (elementwise) and normalisation (norm): CUDA cores.
+KERNEL_CLASSES = ("gemm", "attention", "elementwise", "norm")
+MATMUL_CLASSES = ("gemm", "attention")
 
 _FIELDS = {"name", "display_name", "architecture", "memory_gib", "memory_bandwidth_GBps",
            "peak_fp32_tflops", "peak_fp16_tflops", "host_link", "sources", "notes", "efficiency",
-           "framework_reserve_gib"}
+           "framework_reserve_gib", "peak_tf32_tflops", "peak_bf16_tflops", "tensor_cores"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -28,6 +40,9 @@ class GpuType:
     memory_bandwidth_Bps: float
     peak_fp32_flops: float
     peak_fp16_flops: float
+    peak_tf32_flops: float | None = None       # dense TF32 tensor cores (Ampere on)
+    peak_bf16_flops: float | None = None       # dense BF16 tensor cores, FP32 accumulate (Ampere on)
+    tensor_cores: bool = False                 # peak_fp16_flops is a tensor-core rate (Volta on)
     host_link: str = "pcie3x16"
     architecture: str = ""
     sources: tuple[str, ...] = ()
@@ -40,12 +55,41 @@ class GpuType:
     def memory_gib(self) -> float:
         return self.memory_bytes / GIB
 
+    def peak_flops(self, precision: str = "fp32", kernel_class: str = "gemm") -> float:
+        """Dense peak FLOP/s of `kernel_class` work trained at `precision` (hetsim.plan.PRECISIONS).
+        Matrix products run at the precision's tensor-core rate where this GPU has one, else on CUDA
+        cores at FP32 (the faster of FP32 and packed FP16 for fp16); other work runs at FP32."""
+        return self._matmul_peak(precision, kernel_class) or self.peak_fp32_flops
+
+    def uses_tensor_cores(self, precision: str, kernel_class: str) -> bool:
+        """Whether `kernel_class` work at `precision` runs on tensor cores on this GPU."""
+        peak = self._matmul_peak(precision, kernel_class)
+        return peak is not None and (precision != "fp16" or self.tensor_cores)
+
+    def _matmul_peak(self, precision: str, kernel_class: str) -> float | None:
+        """The peak of matrix products at a 16-bit or TF32 precision; None where FP32 CUDA cores run it."""
+        if precision not in PRECISIONS:
+            raise SpecError(f"precision: {precision!r} is not one of {', '.join(PRECISIONS)}")
+        if kernel_class not in KERNEL_CLASSES:
+            raise SpecError(f"kernel class: {kernel_class!r} is not one of {', '.join(KERNEL_CLASSES)}")
+        if kernel_class not in MATMUL_CLASSES or precision == "fp32":
+            return None
+        if precision == "fp16":
+            return max(self.peak_fp16_flops, self.peak_fp32_flops)
+        return self.peak_tf32_flops if precision == "tf32" else self.peak_bf16_flops
+
 
 def gpu_type_from_fields(f: Fields) -> GpuType:
     f.reject_unknown(_FIELDS)
     sources = f.list("sources")
     if not sources or not all(isinstance(s, str) for s in sources):
         raise f.error("sources", "cite at least one source for the datasheet figures, as text")
+    tensor_cores = f.raw("tensor_cores", False)
+    if not isinstance(tensor_cores, bool):
+        raise f.error("tensor_cores", f"expected true or false, got {tensor_cores!r}")
+    for key in ("peak_tf32_tflops", "peak_bf16_tflops"):
+        if f.has(key) and not tensor_cores:
+            raise f.error(key, "a TF32/BF16 tensor-core peak needs `tensor_cores: true` (or remove it)")
     efficiency = f.sub("efficiency", {})
     if isinstance(efficiency, Fields):
         efficiency = {k: efficiency.number(k, positive=True) for k in efficiency.data}
@@ -57,11 +101,19 @@ def gpu_type_from_fields(f: Fields) -> GpuType:
         memory_bandwidth_Bps=f.number("memory_bandwidth_GBps", positive=True) * 1e9,
         peak_fp32_flops=f.number("peak_fp32_tflops", positive=True) * 1e12,
         peak_fp16_flops=f.number("peak_fp16_tflops", positive=True) * 1e12,
+        peak_tf32_flops=_tflops(f, "peak_tf32_tflops"),
+        peak_bf16_flops=_tflops(f, "peak_bf16_tflops"),
+        tensor_cores=tensor_cores,
         host_link=f.text("host_link", "pcie3x16"),
         sources=tuple(sources),
         efficiency=efficiency,
         framework_reserve_bytes=int(f.number("framework_reserve_gib", 0.0, nonnegative=True) * GIB),
     )
+
+
+def _tflops(f: Fields, key: str) -> float | None:
+    value = f.number(key, None, positive=True)
+    return None if value is None else value * 1e12
 
 
 def load_gpu_type(path: str | Path) -> GpuType:

@@ -4,10 +4,14 @@
 
 Efficiency factors (achieved / peak) are data: a GPU type's `efficiency` mapping in gpu_profiles/gpus
 (keys "compute", "memory", or "compute.<LayerKind>"), else the defaults below, which are assumptions.
+`precision` (hetsim.plan.PRECISIONS) picks the peak of the layer kind's kernel class, as in
+hetsim.derive: matrix products on tensor cores at tf32/fp16/bf16 where the GPU has them; 16-bit
+precisions halve the (FP32-counted) bytes.
 """
 
 from __future__ import annotations
 
+from hetsim.derive import ELEMENT_BYTES, kernel_class
 from hetsim.gpu import GpuType
 
 __all__ = ["roofline_s", "efficiency", "DEFAULT_EFFICIENCY"]
@@ -21,8 +25,9 @@ def efficiency(gpu: GpuType, resource: str, layer_kind: str = "") -> float:
 
 
 def roofline_s(flops: float, bytes_moved: float, gpu: GpuType, *, layer_kind: str = "",
-               half_precision: bool = False) -> float:
-    peak = gpu.peak_fp16_flops if half_precision else gpu.peak_fp32_flops
+               precision: str = "fp32") -> float:
+    peak = gpu.peak_flops(precision, kernel_class(layer_kind))
     compute = flops / (peak * efficiency(gpu, "compute", layer_kind))
-    memory = bytes_moved / (gpu.memory_bandwidth_Bps * efficiency(gpu, "memory", layer_kind))
+    moved = bytes_moved * ELEMENT_BYTES[precision] / 4                # bytes are counted at FP32
+    memory = moved / (gpu.memory_bandwidth_Bps * efficiency(gpu, "memory", layer_kind))
     return max(compute, memory)

@@ -71,3 +71,32 @@ def test_a_measured_and_derived_profile_round_trips_through_both_formats(tmp_pat
     assert back.edges == p.edges
     assert [(l.kind, l.param_bytes, l.output_bytes, l.fwd_s["titan-v"], l.bwd_s["titan-v"]) for l in back.layers] \
         == [(l.kind, l.param_bytes, l.output_bytes, l.fwd_s["titan-v"], l.bwd_s["titan-v"]) for l in p.layers]
+
+
+def test_precision_tf32_speeds_up_blocks_on_ampere_and_leaves_a_gpu_without_tf32_as_it_was(tmp_path):
+    times = {}
+    for precision in ("fp32", "tf32"):
+        out = tmp_path / f"{precision}.json"
+        assert main(["profile", "--model", "gpt2-small", "--batch", "1", "--no-measure", "--derive-for",
+                     "a100,v100", "--precision", precision, "--out", str(out)]) == 0
+        p = load_profile(out)
+        block = next(l for l in p.layers if l.kind == "Block")
+        times[precision] = {g: block.fwd_s[g] + block.bwd_s[g] for g in ("a100", "v100")}
+    assert times["tf32"]["a100"] < times["fp32"]["a100"] / 1.5
+    assert times["tf32"]["v100"] == times["fp32"]["v100"]
+    assert "at tf32" in p.source
+
+
+def test_block_parts_by_kernel_class_add_up_to_the_counted_block():
+    from hetsim.cli.profile import split_by_kernel_class
+    from modelzoo.counting import count_model
+    shape = {"n_layer": 2, "seq_len": 64}
+    counted = count_model("gpt2-small", batch=2, **shape)
+    split = split_by_kernel_class("gpt2-small", 2, counted, **shape)
+    totals = lambda c: (c.kind, c.flops_fwd, c.flops_bwd, c.bytes_fwd, c.bytes_bwd)
+    assert [totals(c) for c in split] == [totals(c) for c in counted]
+    block = split[1]
+    assert [p.kind for p in block.parts] == ["gemm", "attention", "elementwise", "norm"]
+    assert block.parts[0].flops_fwd == 2 * 2 * 64 * 12 * 768**2          # 2 x tokens x the 12 d^2 weights
+    assert block.parts[1].flops_fwd == 2 * 2 * 2 * 64**2 * 768             # QK^T and AV: 2 x 2 x b s^2 d
+    assert all(c.parts == () for c in split if c.kind != "Block")

@@ -2,9 +2,11 @@
 
     hetsim profile --model vgg19 --batch 32 --device cpu --derive-for titan-v,rtx-2060 --out vgg19.yaml
     hetsim profile --model resnet152 --batch 32 --no-measure --derive-for all --out resnet152_b32.yaml
+    hetsim profile --model gpt2-medium --batch 4 --no-measure --derive-for a100,v100 --precision tf32 --out g.yaml
 
 Writes hetsim's YAML/JSON format, or PipeDream's graph.txt when --out ends in .txt (one device
-type's times: --graph-gpu). torch is imported only when this subcommand runs.
+type's times: --graph-gpu). Derived times are for training at --precision (hetsim.derive says which
+math each precision implies). torch is imported only when this subcommand runs.
 """
 
 from __future__ import annotations
@@ -13,8 +15,12 @@ import argparse
 import difflib
 
 from hetsim.errors import HetsimError, SpecError
+from hetsim.plan import PRECISIONS
 
-__all__ = ["add_arguments", "run"]
+__all__ = ["add_arguments", "run", "split_by_kernel_class"]
+
+# Layer kinds whose derived time is the sum of one roofline per kernel class of their work.
+COMPOSITE_KINDS = ("Block",)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -27,6 +33,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="measure nothing: count FLOPs/bytes on the meta device and only derive times")
     p.add_argument("--derive-for", default="", metavar="TYPES",
                    help="comma-separated GPU types (gpu_profiles/gpus) to derive roofline times for, or 'all'")
+    p.add_argument("--precision", default="fp32", choices=PRECISIONS,
+                   help="training precision the derived times are for: fp32 (CUDA cores, TF32 off), tf32, "
+                        "fp16 or bf16 (mixed precision on tensor cores); default %(default)s")
     p.add_argument("--repeats", type=int, default=5, help="timed passes per layer (default 5; median)")
     p.add_argument("--warmup", type=int, default=2, help="untimed passes first (default 2)")
     p.add_argument("--threads", type=int, default=None, help="torch threads while measuring (default: torch's)")
@@ -88,7 +97,75 @@ def _profile(args, derive_for: list[str], gpus: dict):
     if not derive_for:
         return base
     chosen = [gpus[n] for n in derive_for]
-    return derive_profile(base, costs, chosen, load_efficiencies({g.name: g for g in chosen}))
+    costs = split_by_kernel_class(args.model, args.batch, costs, **kwargs)
+    return derive_profile(base, costs, chosen, load_efficiencies({g.name: g for g in chosen}),
+                          precision=args.precision)
+
+
+def split_by_kernel_class(model: str, batch: int, costs: list, **model_kwargs) -> list:
+    """`costs` (modelzoo.counting's, same model and batch) with each COMPOSITE_KINDS layer's work split
+    by kernel class (hetsim.derive.LayerCost.parts): counted per aten operation on the meta device,
+    the way modelzoo.counting counts the layer (detached input, backward from a ones gradient)."""
+    if not any(c.kind in COMPOSITE_KINDS for c in costs):
+        return costs
+    import torch
+    from modelzoo import MODEL_INPUT, build, layer_graph
+    module, example = build(model, batch=batch, device="meta", **model_kwargs)
+    graph = layer_graph(module)
+    graph.layers.train()
+    outputs, split, out = {MODEL_INPUT: example}, {}, []
+    for i, cost in enumerate(costs):
+        inputs = [outputs[p] for p in graph.preds[i]]
+        if cost.kind in COMPOSITE_KINDS:
+            if cost not in split:                   # identical blocks are counted once
+                split[cost] = _counted_by_op(graph.layers[i], inputs, cost.kind)
+            cost = split[cost]
+        with torch.no_grad():
+            outputs[i] = graph.layers[i](*inputs)
+        out.append(cost)
+    return out
+
+
+def _counted_by_op(layer, inputs: list, kind: str):
+    import torch
+    from hetsim.derive import cost_from_ops
+    leaves = [x.detach().requires_grad_(x.is_floating_point()) for x in inputs]
+    fwd, y = _op_counts(lambda: layer(*leaves))
+    grad = torch.ones_like(y)
+    bwd, _ = _op_counts(lambda: torch.autograd.backward(y, grad))
+    return cost_from_ops(kind, fwd, bwd)
+
+
+def _op_counts(fn) -> tuple[dict[str, tuple[float, float]], object]:
+    """(FLOPs, bytes) per aten operation name while `fn` runs, counted as modelzoo.counting counts."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+    from torch.utils.flop_counter import FlopCounterMode
+
+    class BytesByOp(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.bytes: dict[str, int] = {}
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            result = func(*args, **(kwargs or {}))
+            if not func.is_view:
+                tensors = [t for t in tree_flatten((args, kwargs, result))[0] if isinstance(t, torch.Tensor)]
+                name = _op_name(func.overloadpacket)
+                self.bytes[name] = self.bytes.get(name, 0) + sum(t.numel() * t.element_size() for t in tensors)
+            return result
+
+    flops, moved = FlopCounterMode(display=False), BytesByOp()
+    with flops, moved:
+        result = fn()
+    counted = {_op_name(op): n for op, n in flops.get_flop_counts()["Global"].items()}
+    ops = sorted(set(counted) | set(moved.bytes))
+    return {op: (float(counted.get(op, 0)), float(moved.bytes.get(op, 0))) for op in ops}, result
+
+
+def _op_name(packet) -> str:
+    return str(packet).rsplit(".", 1)[-1]                 # "aten.addmm" -> "addmm"
 
 
 def _device_type(args) -> str:
