@@ -43,22 +43,23 @@ def optimizer_seconds(model: str, *, schedule: str, nm: int, wsp: bool, bsp: boo
 
 def _measure(model: str, schedule: str, nm: int, wsp: bool, bsp: bool, repeats: int,
              model_kwargs: dict, device: str = "cpu") -> list[float]:
-    """Real forwards and backwards of minibatch size 1 (cheap beside the optimiser's pass over every
-    weight), so each update gets fresh gradient tensors from autograd as in the executor (reusing one
-    set of gradients timed 15% less); under an asynchronous schedule with Nm > 1 the next minibatch's
-    forward is in flight at each update, so its stash makes the update write new weight tensors, as
-    it does in the executor. Only the optimiser's work is timed."""
+    """Real forwards and backwards of minibatch size 2 (cheap beside the optimiser's pass over every
+    weight; the smallest a batch norm over a 1x1 map trains on), so each update gets fresh gradient
+    tensors from autograd as in the executor (reusing one set of gradients timed 15% less); under an
+    asynchronous schedule with Nm > 1 the next minibatch's forward is in flight at each update, so
+    its stash makes the update write new weight tensors, as it does in the executor. Only the
+    optimiser's work is timed."""
     from executor.emulation import Emulation
     from executor.placement import staged
-    from executor.worker import layer_values
+    from modelzoo.tasks import task_of
 
     clock = Emulation(1.0, staged(device)).clock
     torch.manual_seed(0)
     net, example = modelzoo.build(model, batch=1, **model_kwargs)
     graph = modelzoo.layer_graph(net)
     numel = [sum(p.numel() for p in graph.layers[i].parameters()) for i in range(len(graph))]
-    labels = torch.randint(layer_values(graph, example)[len(graph) - 1].shape[-1], (1,), device=device)
-    example = example.to(device)
+    example, labels = task_of(net, example).random_batch(2, torch.Generator().manual_seed(0))
+    example, labels = example.to(device), labels.to(device)
     stage = StageModel(graph, 0, len(graph), is_last=True, lr=0.01, momentum=0.9, device=device)
     stage.track_deltas, stage.flat_grads = wsp, bsp
     client = WspClient(vw=0, stage=0, ps_ranks=[], shard_ranges=[], device=device) if wsp else None

@@ -107,15 +107,17 @@ def _stage_step(model: str, lo: int, hi: int, batch: int, model_kwargs: dict, de
     import modelzoo
     from executor.stage import StageModel
     from executor.worker import layer_values
+    from modelzoo.tasks import task_of
     torch.manual_seed(0)
     net, example = modelzoo.build(model, batch=1, **model_kwargs)
     graph = modelzoo.layer_graph(net)
     values = layer_values(graph, example)
     shaped = lambda cut: [torch.randn(batch, *values[k].shape[1:], device=device) for k in graph.crossing(cut)]
     last = hi >= len(graph)
-    inputs = tuple(shaped(lo))
+    first_inputs, labels = task_of(net, example).random_batch(batch, torch.Generator().manual_seed(0))
+    inputs = (first_inputs.to(device),) if lo == 0 else tuple(shaped(lo))     # token ids for a language model
     grads = None if last else tuple(shaped(hi))
-    labels = torch.randint(values[len(graph) - 1].shape[-1], (batch,), device=device) if last else None
+    labels = labels.to(device) if last else None
     stage = StageModel(graph, lo, hi, is_last=last, lr=0.01, momentum=0.9, device=device)
     minibatches = itertools.count()
 

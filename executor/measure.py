@@ -37,12 +37,16 @@ def build_measured_report(job, layout: RankLayout, records: list[RankRecord], sc
                    sync_wait_s=clipped[layout.stage_rank(v, 0)]["sync"])
            for v, vw in enumerate(plan.virtual_workers)]
     rate = sum(v.minibatches_per_s for v in vws)
+    throughput = {"minibatches_per_s": rate, "samples_per_s": rate * plan.minibatch_size}
+    tokens = records[layout.stage_rank(0, 0)].tokens_per_sample
+    if tokens:                              # as hetsim.sim.summary reports a sequence model's
+        throughput["tokens_per_s"] = rate * plan.minibatch_size * tokens
     report = Report(
         kind="measurement", plan=plan.to_dict(), cluster=job.cluster.name, model=job.model,
         profile_source=f"measured by the executor (torch.distributed, {records[0].backend})",
         settings=_settings(opts, records[0].backend), window={"start_s": start, "end_s": end, "duration_s": end - start},
-        throughput={"minibatches_per_s": rate, "samples_per_s": rate * plan.minibatch_size},
-        virtual_workers=vws, gpus=_gpus(job, layout, records, clipped, end - start), links=[],
+        throughput=throughput, virtual_workers=vws, gpus=_gpus(job, layout, records, clipped, end - start),
+        links=[],
         staleness=_staleness(plan, records, schedules, layout), sync=_sync(plan, records, layout),
         notes=_notes(opts, plan.sync.mode), training=_training(layout, records, clipped, origin, start, end),
         staleness_local=sorted(x for r in records for x in r.staleness_local),

@@ -32,6 +32,7 @@ class RankRecord:
     since: float = field(default_factory=time.time)
     waiting_on: list[int] = field(default_factory=list)   # peers a blocking call waits for
     final_weights: str = ""              # digest of a stage's flat weights at the end
+    tokens_per_sample: int | None = None  # a stage rank of a language model (modelzoo.tasks): its seq_len
     groups: list[tuple] = field(default_factory=list)     # sdpipe scheduler: (stage, number, members, waves)
     connections: list[int] = field(default_factory=list)  # sdpipe scheduler: per stage index
 

@@ -17,6 +17,7 @@ from torch import nn
 from torch.func import functional_call
 
 from modelzoo.graph import LayerGraph
+from modelzoo.tasks import loss as task_loss
 
 __all__ = ["StageModel", "InFlight"]
 
@@ -87,7 +88,7 @@ class StageModel:
         inputs = tuple(t.requires_grad_(True) if t.is_floating_point() and not t.requires_grad else t
                        for t in inputs)
         outputs = functional_call(self.module, dict(zip(self.names, leaves)), inputs, strict=False)
-        loss = nn.functional.cross_entropy(outputs[0], labels) if self.is_last else None
+        loss = task_loss(outputs[0], labels) if self.is_last else None    # modelzoo.tasks: per sample or per token
         self.inflight[mb] = InFlight(self.version, self.weights, leaves, inputs, outputs, loss)
         live = {r.version for r in self.inflight.values()} | {self.version}
         self.peak_versions = max(self.peak_versions, len(live))

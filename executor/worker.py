@@ -13,6 +13,7 @@ import torch.distributed as dist
 
 import modelzoo
 from modelzoo.allocator import steady_allocator
+from modelzoo.tasks import Task, task_of
 from executor.checkpoint import last_common_wave, load_stage, save_stage
 from executor.data import SyntheticData
 from executor.emulation import Emulation
@@ -98,15 +99,22 @@ def _model(job: Job):
     torch.manual_seed(job.options.seed)
     model, example = modelzoo.build(job.model, batch=1, **dict(job.model_kwargs))
     graph = modelzoo.layer_graph(model)
-    return graph, example, layer_values(graph, example)
+    return graph, layer_values(graph, example), task_of(model, example)
 
 
 def layer_values(graph, example: torch.Tensor) -> dict:
-    """Every layer's output for `example` (and the input under MODEL_INPUT): the shapes that cross cuts."""
+    """Every layer's output for `example` (and the input under MODEL_INPUT): the shapes that cross cuts.
+    Run in eval mode: a batch norm over one sample's 1x1 map (resnet18 at 32 px) cannot train, and
+    the running statistics stay as built."""
     values = {modelzoo.MODEL_INPUT: example}
-    with torch.no_grad():
-        for i in range(len(graph)):
-            values[i] = graph.layers[i](*(values[p] for p in graph.preds[i]))
+    training = graph.layers.training
+    graph.layers.eval()
+    try:
+        with torch.no_grad():
+            for i in range(len(graph)):
+                values[i] = graph.layers[i](*(values[p] for p in graph.preds[i]))
+    finally:
+        graph.layers.train(training)
     return values
 
 
@@ -115,7 +123,7 @@ def run_rank(rank: int, job: Job, record: RankRecord) -> RankRecord:
     _check_supported(job)
     steady_allocator()                  # as the profiler does, so both time the same work
     torch.set_num_threads(job.options.threads)
-    graph, example, values = _model(job)
+    graph, values, task = _model(job)
     layout = job_layout(job, len(graph))
     numel = [sum(p.numel() for p in graph.layers[i].parameters()) for i in range(len(graph))]
     shards = [(s.layers, s.fraction) for s in _shards(job, len(graph))]
@@ -139,7 +147,7 @@ def run_rank(rank: int, job: Job, record: RankRecord) -> RankRecord:
                        spec=job.plan.sync, waves=job.options.waves, stage_rank=layout.stage_rank,
                        record=record).serve()
     else:
-        _stage(job, layout, role, graph, example, values, numel, shards, record, groups, resume, placement, p2p)
+        _stage(job, layout, role, graph, task, values, numel, shards, record, groups, resume, placement, p2p)
     record.finish(placement.peak_memory_bytes() if placement.cuda else None)
     return record
 
@@ -222,7 +230,7 @@ def _group_sync_client(plan: Plan, layout: RankLayout, role, n_stages: int, reco
                            record=record)
 
 
-def _stage(job: Job, layout, role, graph, example, values, numel, shards, record, groups, resume,
+def _stage(job: Job, layout, role, graph, task: Task, values, numel, shards, record, groups, resume,
            placement: Placement, p2p: dict) -> None:
     plan, opts = job.plan, job.options
     vw, s = role.vw, role.stage
@@ -230,9 +238,8 @@ def _stage(job: Job, layout, role, graph, example, values, numel, shards, record
     lo, hi = role.layers
     batch = plan.minibatch_size
     shapes = lambda cut: [(batch, *values[k].shape[1:]) for k in graph.crossing(cut)]
-    num_classes = values[len(graph) - 1].shape[-1]
-    data = SyntheticData(mode=opts.data, seed=opts.seed, batch=batch, input_shape=tuple(example.shape[1:]),
-                         num_classes=num_classes)
+    data = SyntheticData(task=task, mode=opts.data, seed=opts.seed, batch=batch)
+    record.tokens_per_sample = task.tokens_per_sample
     model = StageModel(graph, lo, hi, is_last=s == n_stages - 1, lr=opts.lr, momentum=opts.momentum,
                        device=placement.compute)
     wsp = None

@@ -70,8 +70,9 @@ def _measured(out: Path, reuse: bool, threads: int, repeats: int) -> dict[str, o
         path = out / "measured" / f"{model}_b{batch}.yaml"
         if not reuse:
             print(f"measuring {model} at batch {batch} ...", flush=True)
+            # Layers alone: the roofline (modelzoo.counting) counts layers, not the loss.
             p = measure_profile(model, batch, device_type=DEVICE_TYPE, threads=threads, repeats=repeats,
-                                warmup=1, progress=True, statistic="min", **kwargs)
+                                warmup=1, progress=True, statistic="min", loss=False, **kwargs)
             path.parent.mkdir(parents=True, exist_ok=True)
             save_profile(p, path)
         profiles[model] = load_profile(path)

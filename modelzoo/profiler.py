@@ -13,6 +13,10 @@ then one backward of every layer in reverse order, timing each layer's call on i
   writes them rather than adding.
 - running the layers in order, each once per pass, keeps caches and the allocator as in a real
   training step (timing one layer many times in a row flatters small layers by ~25% on CPU).
+- given the model's task (modelzoo.tasks, as measure_profile does), a language model's profile
+  gives its tokens per sample, and with `loss` (the default) the last layer's forward includes the
+  loss against random labels and its backward starts from it, as in the executor's last stage: for a
+  language model that is a softmax over the vocabulary at every position.
 `warmup` untimed passes, then the median (or min) of `repeats` passes per layer. CPU calls are timed with
 time.perf_counter; CUDA calls with a pair of CUDA events each, read after one synchronisation at
 the end of the pass. Layer i of the profile is layer i of `layer_graph(model)`, with the same edges.
@@ -31,49 +35,64 @@ from torch import nn
 from hetsim.profile import LayerProfile, ModelProfile
 from modelzoo import MODEL_INPUT, LayerGraph, build, layer_graph
 from modelzoo.allocator import steady_allocator
+from modelzoo.tasks import Task, task_of
+from modelzoo.tasks import loss as task_loss
 
 __all__ = ["measure_profile", "measure_graph_profile", "whole_model_forward_s"]
 
 
 def measure_profile(model: str, batch: int, *, device: str = "cpu", device_type: str = "cpu",
                     repeats: int = 5, warmup: int = 2, threads: int | None = None,
-                    progress: bool = False, statistic: str = "median", **model_kwargs) -> ModelProfile:
-    """Measure a modelzoo model (see module docstring); times are keyed by `device_type`."""
+                    progress: bool = False, statistic: str = "median", loss: bool = True,
+                    **model_kwargs) -> ModelProfile:
+    """Measure a modelzoo model (see module docstring); times are keyed by `device_type`. With
+    `loss` the last layer's times include the model's loss (modelzoo.tasks), as in training."""
     module, example = build(model, batch=batch, device=device, **model_kwargs)
     graph = layer_graph(module)
     return measure_graph_profile(graph, example, model=model, device_type=device_type, repeats=repeats,
-                                 warmup=warmup, threads=threads, progress=progress, statistic=statistic)
+                                 warmup=warmup, threads=threads, progress=progress, statistic=statistic,
+                                 task=task_of(module, example), loss=loss)
 
 
 def measure_graph_profile(graph: LayerGraph, example: torch.Tensor, *, model: str = "model",
                           device_type: str = "cpu", repeats: int = 5, warmup: int = 2,
                           threads: int | None = None, progress: bool = False,
-                          statistic: str = "median") -> ModelProfile:
+                          statistic: str = "median", task: Task | None = None,
+                          loss: bool = True) -> ModelProfile:
     """Measure every layer of `graph` fed with `example` (a whole minibatch) on example's device.
-    `statistic` "min" instead of "median" estimates the uncontended time on a shared machine."""
+    `statistic` "min" instead of "median" estimates the uncontended time on a shared machine. Given
+    the model's `task`, the last layer's forward and backward include its loss (unless `loss` is
+    False) and a language model's profile says its tokens per sample."""
     if repeats < 1 or warmup < 0:
         raise ValueError(f"repeats must be >= 1 and warmup >= 0 (got {repeats}, {warmup})")
     if statistic not in _STATISTICS:
         raise ValueError(f"statistic must be one of {', '.join(_STATISTICS)}, got {statistic!r}")
     pick = _STATISTICS[statistic]
+    labels = None
+    if task is not None and loss:
+        labels = task.random_batch(int(example.shape[0]), torch.Generator().manual_seed(0))[1].to(example.device)
     steady_allocator()                    # time the steady state a training process reaches
     with _threads(threads):
         graph.layers.train()
-        fwd, bwd, outputs = _passes(graph, example, repeats, warmup, f"profiling {model}" if progress else None)
+        fwd, bwd, outputs = _passes(graph, example, labels, repeats, warmup,
+                                    f"profiling {model}" if progress else None)
         source = (f"measured by modelzoo.profiler on {_device_name(example.device)} "
                   f"(torch {torch.__version__}, {torch.get_num_threads()} threads, "
-                  f"{statistic} of {repeats} passes after {warmup} warm-up)")
+                  f"{statistic} of {repeats} passes after {warmup} warm-up"
+                  f"{f', {task.kind} loss in the last layer' if labels is not None else ''})")
     layers = tuple(LayerProfile(name=graph.names[i], kind=graph.kinds[i], param_bytes=graph.param_bytes(i),
                                 output_bytes=_nbytes(outputs[i]), fwd_s={device_type: pick(fwd[i])},
                                 bwd_s={device_type: pick(bwd[i])}) for i in range(len(graph)))
     return ModelProfile(model=model, batch_size=int(example.shape[0]), layers=layers,
-                        edges=tuple(graph.edges), input_bytes=_nbytes(example), source=source)
+                        edges=tuple(graph.edges), input_bytes=_nbytes(example), source=source,
+                        tokens_per_sample=task.tokens_per_sample if task is not None else None)
 
 
 _STATISTICS = {"median": statistics.median, "min": min}
 
 
-def _passes(graph: LayerGraph, example: torch.Tensor, repeats: int, warmup: int, desc: str | None):
+def _passes(graph: LayerGraph, example: torch.Tensor, labels: torch.Tensor | None, repeats: int, warmup: int,
+            desc: str | None):
     """Per-layer forward and backward samples of `repeats` passes after `warmup`, and the outputs."""
     n = len(graph)
     fwd: list[list[float]] = [[] for _ in range(n)]
@@ -83,7 +102,7 @@ def _passes(graph: LayerGraph, example: torch.Tensor, repeats: int, warmup: int,
         from tqdm import tqdm               # counts layers; advanced between passes, never inside timing
         bar = tqdm(total=n * (warmup + repeats), desc=desc, unit="layer")
     for k in range(warmup + repeats):
-        f, b, outputs = _one_pass(graph, example)
+        f, b, outputs = _one_pass(graph, example, labels)
         if k >= warmup:
             for i in range(n):
                 fwd[i].append(f[i])
@@ -95,16 +114,22 @@ def _passes(graph: LayerGraph, example: torch.Tensor, repeats: int, warmup: int,
     return fwd, bwd, outputs
 
 
-def _one_pass(graph: LayerGraph, example: torch.Tensor) -> tuple[list[float], list[float], list]:
+def _one_pass(graph: LayerGraph, example: torch.Tensor, labels: torch.Tensor | None
+              ) -> tuple[list[float], list[float], list]:
     """One forward over the layers in order, then one backward in reverse order, each layer timed
-    alone; every layer's input is a detached leaf, so a backward stops at its own layer."""
+    alone; every layer's input is a detached leaf, so a backward stops at its own layer. With
+    `labels` the last layer's forward computes the loss too, and its backward starts there."""
     clock = _Clock(example.device)
     n = len(graph)
     leaves: dict[int, torch.Tensor] = {MODEL_INPUT: example}
     outputs: list = [None] * n
+    roots: list = [None] * n          # what each layer's backward starts from
     for i in range(n):
         inputs = [leaves[p] for p in graph.preds[i]]
-        outputs[i] = clock.time(i, lambda: graph.layers[i](*inputs))
+        if i == n - 1 and labels is not None:
+            outputs[i], roots[i] = clock.time(i, lambda: _scored(graph.layers[i](*inputs), labels))
+        else:
+            outputs[i] = roots[i] = clock.time(i, lambda: graph.layers[i](*inputs))
         out = outputs[i].detach()
         leaves[i] = out.requires_grad_(True) if out.is_floating_point() else out
     fwd = clock.seconds(n)
@@ -112,11 +137,15 @@ def _one_pass(graph: LayerGraph, example: torch.Tensor) -> tuple[list[float], li
         p.grad = None                 # as zero_grad() leaves them: the backward writes, not adds
     clock = _Clock(example.device)
     for i in reversed(range(n)):
-        out = outputs[i]
-        if isinstance(out, torch.Tensor) and out.requires_grad:
-            grad = torch.ones_like(out)
-            clock.time(i, lambda: torch.autograd.backward(out, grad))
+        root = roots[i]
+        if isinstance(root, torch.Tensor) and root.requires_grad:
+            grad = torch.ones_like(root)
+            clock.time(i, lambda: torch.autograd.backward(root, grad))
     return fwd, clock.seconds(n), outputs
+
+
+def _scored(output: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return output, task_loss(output, labels)
 
 
 class _Clock:

@@ -27,3 +27,14 @@ def mlp_plan(vws: list[list[int]], *, nm: int, schedule: str, sync: SyncSpec = S
                         StageSpec(gpu=f"host/gpu{next(gpu)}", layers=(cuts[i], cuts[i + 1]))
                         for i in range(len(cuts) - 1)))
                     for v, cuts in enumerate(vws)))
+
+
+# A GPT small enough for CI: 2 blocks, so 5 layers (embed, blocks_0, blocks_1, ln_f, head).
+TINY_GPT = {"n_layer": 2, "d_model": 32, "n_head": 2, "seq_len": 16, "vocab_size": 64}
+
+
+def gpt_plan(cuts: list[int], *, nm: int, schedule: str, batch: int = 8) -> Plan:
+    """One VW of gpt2-small (with TINY_GPT's overrides) cut at `cuts`, e.g. [0, 3, 5]."""
+    stages = tuple(StageSpec(gpu=f"host/gpu{i}", layers=(cuts[i], cuts[i + 1])) for i in range(len(cuts) - 1))
+    return Plan(name="gpt_test", model="gpt2-small", minibatch_size=batch, nm=nm, schedule=schedule,
+                sync=SyncSpec(), virtual_workers=(VirtualWorker(name="vw0", stages=stages),))

@@ -14,6 +14,7 @@ import executor
 import modelzoo
 from exec_helpers import host, mlp_plan
 from executor.data import SyntheticData
+from modelzoo.tasks import task_of
 from executor.health import ExecutorError
 from executor.launch import layout_of
 from hetsim.compare import compare_reports
@@ -36,8 +37,7 @@ def model_averaging_losses(n_minibatches: int, n_vw: int) -> list[list[float]]:
     for m in models[1:]:
         m.load_state_dict(model.state_dict())
     opts = [torch.optim.SGD(m.parameters(), lr=LR, momentum=MOMENTUM) for m in models]
-    data = SyntheticData(mode="teacher", seed=SEED, batch=BATCH, input_shape=tuple(example.shape[1:]),
-                         num_classes=10)
+    data = SyntheticData(task=task_of(model, example), mode="teacher", seed=SEED, batch=BATCH)
     losses = []
     for mb in range(n_minibatches):
         row = []

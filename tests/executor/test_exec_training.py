@@ -8,6 +8,7 @@ import torch
 import executor
 import modelzoo
 from executor.data import SyntheticData
+from modelzoo.tasks import task_of
 from hetsim.plan import SyncSpec
 from exec_helpers import host, mlp_plan
 
@@ -19,8 +20,7 @@ def reference_losses(n_minibatches: int, n_vw: int = 1) -> list[float]:
     minibatches (what BSP's averaged gradients compute)."""
     torch.manual_seed(SEED)
     model, example = modelzoo.build("mlp", batch=1)
-    data = SyntheticData(mode="teacher", seed=SEED, batch=BATCH, input_shape=tuple(example.shape[1:]),
-                         num_classes=10)
+    data = SyntheticData(task=task_of(model, example), mode="teacher", seed=SEED, batch=BATCH)
     opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
     losses = []
     for mb in range(n_minibatches):

@@ -16,6 +16,7 @@ from executor.layout import rank_layout, shard_indices
 from executor.stage import StageModel
 from executor.wsp import Span
 from hetsim.plan import SyncSpec
+from modelzoo.tasks import CLASSIFY, Task
 
 
 def test_layout_stage_ranks_vw_major_then_parameter_servers():
@@ -62,8 +63,9 @@ def test_span_merges_adjacent_ranges_and_matches_index_tensors():
 
 
 def test_data_is_a_pure_function_of_seed_vw_minibatch():
-    a = SyntheticData(mode="teacher", seed=1, batch=8, input_shape=(64,), num_classes=10)
-    b = SyntheticData(mode="teacher", seed=1, batch=8, input_shape=(64,), num_classes=10)
+    mlp = Task(kind=CLASSIFY, input_shape=(64,), n_classes=10)
+    a = SyntheticData(task=mlp, mode="teacher", seed=1, batch=8)
+    b = SyntheticData(task=mlp, mode="teacher", seed=1, batch=8)
     assert torch.equal(a.inputs(0, 5), b.inputs(0, 5)) and torch.equal(a.labels(0, 5), b.labels(0, 5))
     assert not torch.equal(a.inputs(0, 5), a.inputs(1, 5))
     assert len(set(a.labels(0, 0).tolist())) > 1
