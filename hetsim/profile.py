@@ -2,9 +2,10 @@
 
 Layers are listed in a topological order of the layer DAG; a pipeline stage is a contiguous range
 [lo, hi) of that order. Times are keyed by GPU type; a key "TYPE@tpN" holds times measured on a
-tensor-parallel group of N GPUs of that type (its all-reduces included), which a TP stage of degree N
-uses as they are. Without one, a TP stage takes the type's own time / N and its all-reduces are
-simulated on the node's links (`tp_allreduce_bytes`). hetsim's own format is YAML/JSON (this module); PipeDream's graph.txt is read
+tensor-parallel group of N GPUs of that type, which a TP stage of degree N uses: its all-reduces
+are inside them, unless the profile says `tp_times_include_allreduce: false` (derived times), and
+then simulated on the node's links (`tp_allreduce_bytes`). Without such a key, a TP stage takes the
+type's own time / N and its all-reduces are simulated. hetsim's own format is YAML/JSON (this module); PipeDream's graph.txt is read
 and written by `hetsim.pipedream_graph`.
 """
 
@@ -73,6 +74,7 @@ class ModelProfile:
     source: str = ""
     flop_convention: str = "FLOPs count a multiply-add as 2 (torch.utils.flop_counter)"
     tokens_per_sample: int | None = None     # sequence models: tokens in one sample (reports tokens/s)
+    tp_times_include_allreduce: bool = True  # False: the simulator adds the TP all-reduces to @tp times
 
     @property
     def time_keys(self) -> set[str]:
@@ -132,7 +134,7 @@ class ModelProfile:
         if key in self._time_prefix:
             fwd, bwd, upd = self._time_prefix[key]
             return StageTimes(float(fwd[hi] - fwd[lo]), float(bwd[hi] - bwd[lo]), float(upd[hi] - upd[lo]),
-                              measured_tp=tp > 1)
+                              measured_tp=tp > 1 and self.tp_times_include_allreduce)
         if gpu_type not in self._time_prefix:
             measured = sorted(k for k in self.time_keys if k.split("@")[0] == gpu_type)
             raise PlanError(f"profile {self.model}: no times for {gpu_type} at tensor-parallel degree {tp} "
@@ -220,13 +222,15 @@ class ModelProfile:
             doc["edges"] = [list(e) for e in self.edges]
         if self.tokens_per_sample is not None:
             doc["tokens_per_sample"] = self.tokens_per_sample
+        if not self.tp_times_include_allreduce:
+            doc["tp_times_include_allreduce"] = False
         return doc
 
 
 def profile_from_dict(data: Any, source_name: str) -> ModelProfile:
     f = Fields(data, source_name)
     f.reject_unknown({"model", "batch_size", "source", "flop_convention", "input_bytes", "layers", "edges",
-                      "tokens_per_sample"})
+                      "tokens_per_sample", "tp_times_include_allreduce"})
     layers = tuple(_layer(l) for l in f.records("layers"))
     n = len(layers)
     raw_edges = f.list("edges", [[i, i + 1] for i in range(n - 1)])
@@ -248,7 +252,15 @@ def profile_from_dict(data: Any, source_name: str) -> ModelProfile:
                         layers=layers, edges=tuple(edges), source=f.text("source", ""),
                         flop_convention=f.text("flop_convention", ModelProfile.flop_convention),
                         input_bytes=f.number("input_bytes", nonnegative=True, integer=True),
-                        tokens_per_sample=f.number("tokens_per_sample", None, positive=True, integer=True))
+                        tokens_per_sample=f.number("tokens_per_sample", None, positive=True, integer=True),
+                        tp_times_include_allreduce=_flag(f, "tp_times_include_allreduce", True))
+
+
+def _flag(f: Fields, key: str, default: bool) -> bool:
+    value = f.raw(key, default)
+    if not isinstance(value, bool):
+        raise f.error(key, f"expected true or false, got {value!r}")
+    return value
 
 
 def _layer(f: Fields) -> LayerProfile:

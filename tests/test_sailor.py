@@ -98,3 +98,13 @@ def test_the_planners_closed_form_agrees_with_the_simulator_on_tensor_parallel_p
         assert plan.nm / estimate.minibatches_per_s == pytest.approx(simulated.throughput["iteration_s"], rel=0.03)
         checked += 1
     assert checked == 2          # N1_D1_M4_G32 and N4_D1
+
+
+def test_derived_import_uses_no_measured_time_and_leaves_tp_all_reduces_to_the_simulator(tmp_path):
+    out = imported(tmp_path, GH / "plan_config_N16_D8.json", "--derived")
+    profile = hetsim.load_profile(out / "profile.yaml")
+    assert not profile.tp_times_include_allreduce
+    assert "gh200@tp4" in profile.layers[5].fwd_s and not profile.layers[5].update_s
+    measured = json.loads((out / "measured.json").read_text())["iteration_s"]
+    report = hetsim.simulate(out / "cluster.yaml", profile, out / "plan.json", waves=3, warmup_waves=1, trace=False)
+    assert report.throughput["iteration_s"] == pytest.approx(measured, rel=0.2)

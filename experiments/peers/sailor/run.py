@@ -111,8 +111,9 @@ def fitted_reserves(table: pd.DataFrame) -> pd.Series:
     """Per GPU type: median of measured - (predicted without the reserve) over the plans whose fullest
     GPU is of that type, in GiB."""
     ok = table.dropna(subset=["measured_mem_bytes", "predicted_mem_bytes"])
-    gap = ok["measured_mem_bytes"] - (ok["predicted_mem_bytes"] - ok["reserve_bytes"])
-    return (gap / GIB).groupby(ok["fullest_gpu_type"]).median().round(2)
+    gap = (ok["measured_mem_bytes"] - (ok["predicted_mem_bytes"] - ok["reserve_bytes"])) / GIB
+    per_type = gap.groupby(ok["fullest_gpu_type"]).median()
+    return pd.concat([per_type, pd.Series({"(every GPU type)": gap.median()})]).round(2)
 
 
 def markdown(frame: pd.DataFrame) -> str:
@@ -125,6 +126,7 @@ def markdown(frame: pd.DataFrame) -> str:
 
 def plot(table: pd.DataFrame, path: Path) -> None:
     import matplotlib
+    import matplotlib.ticker
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.8))
@@ -140,6 +142,9 @@ def plot(table: pd.DataFrame, path: Path) -> None:
         hi = max(table[m].max(), table[p].max()) / scale * 1.25
         ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
         ax.set(xscale="log", yscale="log", xlabel=f"measured {unit}", ylabel=f"predicted {unit}")
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+            axis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.legend(fontsize=7)
     fig.suptitle("Sailor's real GPU runs: predicted vs measured")
     fig.tight_layout()
@@ -154,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--plans", required=True, nargs="+", type=Path, help="folders of plan_config_*.json")
     p.add_argument("--out", type=Path, help="CSV to write (a .md summary and a .png plot go beside it)")
     p.add_argument("--derived", action="store_true", help="derive layer times instead of Sailor's measured ones")
-    p.add_argument("--precision", default="fp32", choices=("fp32", "tf32", "fp16", "bf16"))
+    p.add_argument("--precision", default="tf32", choices=("fp32", "tf32", "fp16", "bf16"),
+                   help="the runs' precision (default tf32: FP32 tensors, TF32 matrix products)")
     p.add_argument("--waves", type=int, default=3, help="iterations simulated, the first left out (default 3)")
     p.add_argument("--fit-reserve", action="store_true", help="print the fitted reserve per GPU type and stop")
     p.add_argument("--reserve-gib", type=float, default=None, metavar="GIB",
