@@ -60,6 +60,9 @@ class LayerProfile:
     # the part of them that every member of a tensor-parallel group keeps whole (norm inputs, masks).
     saved_bytes: int | None = None
     saved_replicated_bytes: int = 0
+    # Of saved_bytes, what the layer before it saves too (a ReLU output the next convolution keeps as
+    # its input): a stage holding both layers keeps it once.
+    saved_shared_bytes: int = 0
     # Bytes each forward (and again each backward) all-reduces inside a tensor-parallel group.
     tp_allreduce_bytes: int = 0
 
@@ -190,6 +193,7 @@ class ModelProfile:
                                flops_fwd=None if l.flops_fwd is None else l.flops_fwd * r,
                                saved_bytes=None if l.saved_bytes is None else scale(l.saved_bytes),
                                saved_replicated_bytes=scale(l.saved_replicated_bytes),
+                               saved_shared_bytes=scale(l.saved_shared_bytes),
                                tp_allreduce_bytes=scale(l.tp_allreduce_bytes))
                        for l in self.layers)
         return replace(self, batch_size=batch_size, layers=layers,
@@ -210,6 +214,8 @@ class ModelProfile:
                 item["saved_bytes"] = l.saved_bytes
             if l.saved_replicated_bytes:
                 item["saved_replicated_bytes"] = l.saved_replicated_bytes
+            if l.saved_shared_bytes:
+                item["saved_shared_bytes"] = l.saved_shared_bytes
             if l.tp_allreduce_bytes:
                 item["tp_allreduce_bytes"] = l.tp_allreduce_bytes
             layers.append(item)
@@ -265,7 +271,8 @@ def _flag(f: Fields, key: str, default: bool) -> bool:
 
 def _layer(f: Fields) -> LayerProfile:
     f.reject_unknown({"name", "kind", "param_bytes", "output_bytes", "fwd_s", "bwd_s", "flops_fwd",
-                      "update_s", "saved_bytes", "saved_replicated_bytes", "tp_allreduce_bytes"})
+                      "update_s", "saved_bytes", "saved_replicated_bytes", "saved_shared_bytes",
+                      "tp_allreduce_bytes"})
     times = {}
     for key in ("fwd_s", "bwd_s", "update_s"):
         sub = f.sub(key) if key != "update_s" or f.has(key) else Fields({}, f.source)
@@ -280,6 +287,7 @@ def _layer(f: Fields) -> LayerProfile:
                         saved_bytes=f.number("saved_bytes", None, nonnegative=True, integer=True),
                         saved_replicated_bytes=f.number("saved_replicated_bytes", 0, nonnegative=True,
                                                         integer=True),
+                        saved_shared_bytes=f.number("saved_shared_bytes", 0, nonnegative=True, integer=True),
                         tp_allreduce_bytes=f.number("tp_allreduce_bytes", 0, nonnegative=True, integer=True))
 
 

@@ -62,7 +62,8 @@ def counted_profile(model: str, batch: int, **model_kwargs) -> tuple[ModelProfil
                                 output_bytes=outputs[i], fwd_s={}, bwd_s={}, flops_fwd=costs[i].flops_fwd,
                                 saved_bytes=saved[i].saved_bytes,
                                 saved_replicated_bytes=saved[i].replicated_bytes,
-                                tp_allreduce_bytes=saved[i].tp_allreduce_bytes)
+                                tp_allreduce_bytes=saved[i].tp_allreduce_bytes,
+                                saved_shared_bytes=saved[i].shared_bytes)
                    for i in range(len(graph)))
     shape = "x".join(map(str, example.shape[1:]))
     return ModelProfile(model=model, batch_size=batch, layers=layers, edges=tuple(graph.edges),

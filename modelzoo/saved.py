@@ -5,7 +5,8 @@
 Each layer's forward runs under `torch.autograd.graph.saved_tensors_hooks`; every distinct storage a
 saved tensor lives in counts once, in whole (Q, K and V are views of one QKV product: one storage).
 The layer's own parameters and buffers are not activations and are left out. A tensor that two
-layers save (a ReLU's output that the next convolution saves as its input) counts in both.
+consecutive layers save (a ReLU's output that the next convolution saves as its input) counts in both,
+and `shared_bytes` of the second says how much, so a stage holding both counts it once.
 
 Counted as CUDA runs the layer, not as CPU or meta would (a training GPU is what the count is for):
 
@@ -29,7 +30,7 @@ the 10sbh of Korthikanti et al. 2022's sbh(10 + 24/t + 5as/ht) bytes per member 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import chain
 
 import torch
@@ -54,6 +55,7 @@ class SavedBytes:
     saved_bytes: int
     replicated_bytes: int
     tp_allreduce_bytes: int
+    shared_bytes: int = 0        # of saved_bytes, what the layer before it saves too (its output)
 
 
 def count_saved(graph: LayerGraph, example: torch.Tensor) -> list[SavedBytes]:
@@ -61,10 +63,12 @@ def count_saved(graph: LayerGraph, example: torch.Tensor) -> list[SavedBytes]:
     Each layer gets its predecessors' outputs as fresh leaves, as a pipeline stage receives them."""
     graph.layers.train()
     values: dict[int, torch.Tensor] = {MODEL_INPUT: example}
-    counts = []
+    counts, before = [], {}
     for i, layer in enumerate(graph.layers):
-        count, out = layer_saved(layer, [values[p] for p in graph.preds[i]])
-        counts.append(count)
+        count, out, storages = _layer_saved(layer, [values[p] for p in graph.preds[i]])
+        shared = sum(nbytes for k, nbytes in storages.items() if k in before)
+        counts.append(replace(count, shared_bytes=shared))
+        before = storages          # a detached output shares its storage with the next layer's input
         out = out.detach()
         values[i] = out.requires_grad_(True) if out.is_floating_point() else out
     return counts
@@ -72,6 +76,11 @@ def count_saved(graph: LayerGraph, example: torch.Tensor) -> list[SavedBytes]:
 
 def layer_saved(layer: nn.Module, inputs: list[torch.Tensor]) -> tuple[SavedBytes, torch.Tensor]:
     """Run `layer(*inputs)` once, counting what it saves; the output comes back, its graph alive."""
+    count, out, _storages = _layer_saved(layer, inputs)
+    return count, out
+
+
+def _layer_saved(layer: nn.Module, inputs: list[torch.Tensor]):
     weights = {_key(t) for t in chain(layer.parameters(), layer.buffers())}
     tp = _TensorParallel(weights, {_key(t) for t in inputs})
     saved: dict[int, tuple[torch.UntypedStorage, bool]] = {}
@@ -86,7 +95,8 @@ def layer_saved(layer: nn.Module, inputs: list[torch.Tensor]) -> tuple[SavedByte
         out = layer(*inputs)
     total = sum(s.nbytes() for s, _ in saved.values())
     whole = sum(s.nbytes() for s, replicated in saved.values() if replicated)
-    return SavedBytes(saved_bytes=total, replicated_bytes=whole, tp_allreduce_bytes=tp.allreduce_bytes), out
+    storages = {k: s.nbytes() for k, (s, _replicated) in saved.items()}
+    return SavedBytes(saved_bytes=total, replicated_bytes=whole, tp_allreduce_bytes=tp.allreduce_bytes), out, storages
 
 
 def _key(t: torch.Tensor) -> int:

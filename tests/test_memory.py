@@ -69,3 +69,11 @@ def test_scaling_a_profile_to_another_batch_scales_saved_and_all_reduced_bytes()
     base = replace(base, layers=tuple(replace(l, tp_allreduce_bytes=60) for l in base.layers))
     big = base.scaled_to_batch(3)
     assert [(l.saved_bytes, l.saved_replicated_bytes, l.tp_allreduce_bytes) for l in big.layers] == [(1200, 300, 180)] * 2
+
+
+def test_a_tensor_two_layers_of_one_stage_both_save_is_kept_once():
+    p = layers(saved=400, replicated=0)
+    p = replace(p, layers=(p.layers[0], replace(p.layers[1], saved_shared_bytes=150)))
+    both = stage_memory(p, 0, 2, in_flight=1, asynchronous=False, settings=MemorySettings())
+    second = stage_memory(p, 1, 2, in_flight=1, asynchronous=False, settings=MemorySettings())
+    assert (both.activation_bytes, second.activation_bytes) == (800 - 150, 400)

@@ -184,3 +184,24 @@ def test_meta_count_is_what_a_cuda_forward_leaves_allocated(name):
     torch.cuda.synchronize()
     kept = torch.cuda.memory_allocated() - before               # saved tensors but x, and the output
     assert kept - out.nbytes + x.nbytes == pytest.approx(counted.saved_bytes, rel=0.02)
+
+
+def test_a_whole_model_keeps_the_per_layer_counts_less_what_consecutive_layers_share():
+    """torch's own count: every distinct storage autograd holds after one real CPU forward of the whole
+    model (mlp: Linear/ReLU pairs, each ReLU output also saved by the next Linear)."""
+    model, example = build("mlp", batch=8, hidden=64, depth=3)
+    weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    held: dict[int, int] = {}
+
+    def pack(t):
+        ptr = t.untyped_storage().data_ptr()
+        if ptr not in weights:
+            held[ptr] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(example.requires_grad_(True))
+    meta_model, meta_example = build("mlp", batch=8, device="meta", hidden=64, depth=3)
+    counts = count_saved(layer_graph(meta_model), meta_example)
+    assert sum(c.shared_bytes for c in counts) > 0
+    assert sum(c.saved_bytes - c.shared_bytes for c in counts) == sum(held.values())
