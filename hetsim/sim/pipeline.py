@@ -92,13 +92,13 @@ def _backward(world, rec, sync, stage: Stage, mb: int):
         rec.minibatch_done(stage.vw)
 
 
-def _send(world: World, stage: Stage, dst: str, nbytes: int, key: tuple):
+def _send(world: World, rec: Recorder, stage: Stage, dst: str, nbytes: int, key: tuple):
     """Start the transfer. The stage goes on at once unless the send occupies it (World.send) or the
     runtime's point-to-point calls are blocking (Megatron waits for each send to complete)."""
     sent, delivered = world.send(stage.gpu, dst, nbytes)
     delivered.callbacks.append(lambda _event: world.mailbox.put(key))
     if stage.blocking_p2p:
-        return _waited(world, stage, delivered, f"send {key[2]}{key[3]}")
+        return _waited(world, rec, stage, delivered, f"send {key[2]}{key[3]}")
     if sent is not None:
         return _until(sent)
     return None
@@ -108,32 +108,27 @@ def _until(event):
     yield event
 
 
-def _waited(world: World, stage: Stage, event, name: str):
+def _waited(world: World, rec: Recorder, stage: Stage, event, name: str):
+    """Idle until `event` (an arrival, or a blocking send's delivery), metered as a receive wait."""
     if event.processed:
         return
     meter, start = stage.device.recv_wait, world.env.now
     meter.start(start)
     yield event
     meter.stop(world.env.now)
+    rec.span(stage.gpu, name, start, "wait")
 
 
 def _send_f(world, rec, sync, stage: Stage, mb: int):
-    return _send(world, stage, stage.next_gpu, stage.out_bytes, (stage.vw, stage.index + 1, "F", mb))
+    return _send(world, rec, stage, stage.next_gpu, stage.out_bytes, (stage.vw, stage.index + 1, "F", mb))
 
 
 def _send_b(world, rec, sync, stage: Stage, mb: int):
-    return _send(world, stage, stage.prev_gpu, stage.in_bytes, (stage.vw, stage.index - 1, "B", mb))
+    return _send(world, rec, stage, stage.prev_gpu, stage.in_bytes, (stage.vw, stage.index - 1, "B", mb))
 
 
 def _recv(world: World, rec: Recorder, stage: Stage, key: tuple):
-    arrival = world.mailbox.take(key)
-    if arrival.processed:
-        return
-    meter, start = stage.device.recv_wait, world.env.now
-    meter.start(start)
-    yield arrival
-    meter.stop(world.env.now)
-    rec.span(stage.gpu, f"wait {key[2]}{key[3]}", start, "wait")
+    return _waited(world, rec, stage, world.mailbox.take(key), f"wait {key[2]}{key[3]}")
 
 
 def _recv_f(world, rec, sync, stage: Stage, mb: int):
