@@ -19,6 +19,8 @@ __all__ = ["LinkSpec", "GpuSlot", "Node", "NodePath", "Cluster", "load_cluster",
 # Usable bytes/s per lane and direction after line encoding (PCI-SIG base specifications).
 PCIE_LANE_Bps = {1: 0.25e9, 2: 0.5e9, 3: 0.985e9, 4: 1.969e9, 5: 3.938e9, 6: 7.563e9}
 _LINK_KINDS = {"pcie", "nvlink", "infiniband", "ethernet", "loopback"}
+# Far more than any server holds (a rack-scale NVLink domain has 72): a larger count is a typo.
+MAX_GPUS_PER_NODE = 1024
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,13 +123,24 @@ def load_cluster(path: str | Path, gpu_types: dict[str, GpuType] | None = None) 
     for i, name in enumerate(names):
         if names.index(name) != i:
             raise f.error(f"nodes[{i}].name", f"{name!r} is used by another node")
-    ps_nodes = f.list("parameter_servers", names)
-    for i, name in enumerate(ps_nodes):
-        if name not in names:
-            raise f.error(f"parameter_servers[{i}]", f"no node named {name!r}")
+    ps_nodes = _ps_nodes(f, names)
     paths = tuple(_path(p, names) for p in f.records("paths", []))
     return Cluster(name=f.text("name"), description=f.text("description", ""), nodes=nodes,
                    network=_link(f.sub("network")), ps_nodes=tuple(ps_nodes), paths=paths)
+
+
+def _ps_nodes(f: Fields, names: list[str]) -> list[str]:
+    """The nodes holding WSP's parameter-server shards: all by default, and never none (a WSP plan
+    would then run with no synchronisation at all)."""
+    ps_nodes = f.list("parameter_servers", names)
+    if not ps_nodes:
+        raise f.error("parameter_servers", "must name at least one node (or leave it out: a server on every node)")
+    for i, name in enumerate(ps_nodes):
+        if name not in names:
+            raise f.error(f"parameter_servers[{i}]", f"no node named {name!r}")
+        if ps_nodes.index(name) != i:
+            raise f.error(f"parameter_servers[{i}]", f"{name!r} is named twice")
+    return ps_nodes
 
 
 def _path(f: Fields, names: list[str]) -> NodePath:
@@ -152,7 +165,11 @@ def _node(f: Fields, types: dict[str, GpuType]) -> Node:
             near = difflib.get_close_matches(type_name, list(types), n=1)
             hint = f"; did you mean {near[0]!r}?" if near else f" (known: {', '.join(sorted(types))})"
             raise g.error("type", f"unknown GPU type {type_name!r}{hint}")
-        for _ in range(g.number("count", 1, positive=True, integer=True)):
+        count = g.number("count", 1, positive=True, integer=True)
+        if len(slots) + count > MAX_GPUS_PER_NODE:
+            raise g.error("count", f"{name} would hold {len(slots) + count} GPUs, more than the "
+                          f"{MAX_GPUS_PER_NODE} a node may have here")
+        for _ in range(count):
             idx = len(slots)
             slots.append(GpuSlot(id=f"{name}/gpu{idx}", node=name, index=idx, type=types[type_name]))
     cores = f.number("shared_cores", None, positive=True, integer=True)

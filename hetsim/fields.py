@@ -15,9 +15,12 @@ import yaml
 
 from hetsim.errors import SpecError
 
-__all__ = ["Fields", "read_document"]
+__all__ = ["Fields", "read_document", "parse_document", "LARGEST"]
 
 _MISSING = object()
+# No count of bytes, FLOPs, seconds or GB/s in these files comes near this: a larger number is a typo,
+# and would overflow floats once converted to SI units and summed.
+LARGEST = 1e30
 
 
 def read_document(path: str | Path) -> Any:
@@ -29,6 +32,14 @@ def read_document(path: str | Path) -> Any:
         raise SpecError(f"{path}: file not found") from None
     except OSError as exc:
         raise SpecError(f"{path}: cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise SpecError(f"{path}: not a text file (expected UTF-8 YAML or JSON)") from None
+    return parse_document(text, path)
+
+
+def parse_document(text: str, path: str | Path) -> Any:
+    """Parse YAML, or JSON when `path` ends in .json; any failure is a one-line SpecError."""
+    path = Path(path)
     try:
         if path.suffix == ".json":
             return json.loads(text)
@@ -40,6 +51,9 @@ def read_document(path: str | Path) -> Any:
         where = f"line {mark.line + 1}: " if mark else ""
         problem = getattr(exc, "problem", None) or "invalid YAML"
         raise SpecError(f"{path}: {where}{problem}") from None
+    except (ValueError, RecursionError) as exc:   # e.g. an integer of more than 4300 digits, deep nesting
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise SpecError(f"{path}: cannot parse ({reason})") from None
 
 
 class Fields:
@@ -59,6 +73,7 @@ class Fields:
     def where(self, key: str | None = None) -> str:
         if key is None:
             return self.path or "document"
+        key = key if key and key.isprintable() and key.strip() == key else repr(key)   # one line, visible
         return f"{self.path}.{key}" if self.path else key
 
     def error(self, key: str | None, message: str) -> SpecError:
@@ -91,6 +106,9 @@ class Fields:
             return value
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise self.error(key, f"expected a number, got {_kind(value)}")
+        if not abs(value) <= LARGEST:                  # also NaN and infinities
+            raise self.error(key, f"expected a finite number of magnitude at most {LARGEST:g}, "
+                             f"got {_number(value)}")
         if integer and not float(value).is_integer():
             raise self.error(key, f"expected a whole number, got {value}")
         if positive and not value > 0:
@@ -134,6 +152,13 @@ class Fields:
         for key in self.data:
             if key not in allowed:
                 raise self.error(str(key), f"unknown field (expected one of: {', '.join(sorted(allowed))})")
+
+
+def _number(value: float) -> str:
+    try:
+        return f"{value:g}"
+    except OverflowError:                       # an int beyond floats
+        return f"about 2**{abs(value).bit_length()}"
 
 
 def _kind(value: Any) -> str:

@@ -251,9 +251,13 @@ def profile_from_dict(data: Any, source_name: str) -> ModelProfile:
         edges.append((src, dst))
     types = set(layers[0].fwd_s)
     for i, layer in enumerate(layers):
-        if set(layer.fwd_s) != types or set(layer.bwd_s) != types:
-            raise f.error(f"layers[{i}]", f"times must cover the same GPU types as layers[0] "
-                          f"({', '.join(sorted(types))})")
+        for key in ("fwd_s", "bwd_s"):
+            have = set(getattr(layer, key))
+            if have != types:
+                differ = [f"{what} {', '.join(sorted(names))}" for what, names in
+                          (("missing", types - have), ("extra", have - types)) if names]
+                raise f.error(f"layers[{i}].{key}", f"{'; '.join(differ)}: every layer needs times for the GPU "
+                              f"types of layers[0].fwd_s ({', '.join(sorted(types))})")
     return ModelProfile(model=f.text("model"), batch_size=f.number("batch_size", positive=True, integer=True),
                         layers=layers, edges=tuple(edges), source=f.text("source", ""),
                         flop_convention=f.text("flop_convention", ModelProfile.flop_convention),

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable
 
+from hetsim.errors import HetsimError
 from hetsim.trace import TraceWriter
 
 __all__ = ["GpuStats", "LinkStats", "VwStats", "Report", "distribution", "STALENESS_LOCAL_COLUMNS",
@@ -120,7 +121,12 @@ class Report:
 
     def write(self, out_dir: str | Path, *, plots: bool = False) -> list[Path]:
         """report.json, one CSV per table, trace.json (if traced) and optionally PNG figures."""
-        out = Path(out_dir)
+        try:
+            return self._write(Path(out_dir), plots)
+        except OSError as exc:          # the CLI checks first; this is a disk filling up meanwhile
+            raise HetsimError(f"{exc.filename or out_dir}: cannot write the report ({exc.strerror or exc})") from None
+
+    def _write(self, out: Path, plots: bool) -> list[Path]:
         out.mkdir(parents=True, exist_ok=True)
         paths = [out / "report.json"]
         paths[0].write_text(self.to_json())

@@ -6,7 +6,10 @@ import sys
 
 import pytest
 
+import hetsim
 from hetsim.cli import main
+from hetsim.data import data_root
+from hetsim.errors import PlanError
 
 CLUSTER = """
 name: tiny
@@ -89,8 +92,8 @@ def with_stage(gpu=None, nm=None):
     (CLUSTER.replace("bandwidth_gbit_s: 10", "bandwidth_gbit_s: -1"), PLAN,
      "c.yaml: network.bandwidth_gbit_s: must be > 0, got -1"),
     (CLUSTER.replace("rtx-2060", "rtx-9090"), PLAN, "c.yaml: nodes[0].gpus[0].type: unknown GPU type 'rtx-9090'"),
-    (CLUSTER, with_stage(gpu="node1/gpu0"), "cluster tiny: no GPU 'node1/gpu0'"),
-    (CLUSTER, with_stage(nm=8), "plan: stage 0 of vw0 on node0/gpu0 (NVIDIA GeForce RTX 2060, 6.0 GiB) needs"),
+    (CLUSTER, with_stage(gpu="node1/gpu0"), "p.json: cluster tiny: no GPU 'node1/gpu0'"),
+    (CLUSTER, with_stage(nm=8), "p.json: stage 0 of vw0 on node0/gpu0 (NVIDIA GeForce RTX 2060, 6.0 GiB) needs"),
 ])
 def test_bad_input_is_one_line_and_a_nonzero_exit(capsys, tmp_path, cluster, plan, message):
     code, out, err = run_cli(capsys, *write_inputs(tmp_path, cluster, plan))
@@ -109,7 +112,7 @@ def test_bad_option_values_are_reported(capsys):
     code, _, err = run_cli(capsys, "simulate", "--slowdown", "node0/gpu0=fast")
     assert code == 2 and "--slowdown 'node0/gpu0=fast'" in err
     code, _, err = run_cli(capsys, "simulate", "--waves", "2", "--warmup-waves", "2")
-    assert code == 2 and "warmup_waves" in err
+    assert code == 2 and "--warmup-waves 2: must be less than --waves (2)" in err
 
 
 def test_a_pipedream_graph_profile_simulates_on_the_gpu_type_it_was_measured_on(capsys, tmp_path):
@@ -121,3 +124,92 @@ def test_a_pipedream_graph_profile_simulates_on_the_gpu_type_it_was_measured_on(
                              "--graph-gpu", "rtx-2060", "--graph-batch", "32", "--waves", "4")
     assert code == 0, err
     assert "throughput:" in out and "graph.txt vgg19.txt" in out
+
+
+# Issue 18: every bad input gets one clear answer; extreme but valid inputs run (or are refused clearly).
+
+def one_line_error(code, out, err, *names):
+    assert code == 2 and out == "" and "Traceback" not in err and err.count("\n") == 1, err
+    assert all(name in err for name in names), err
+
+
+def test_a_wsp_plan_on_a_cluster_listing_no_parameter_servers_is_refused(capsys, tmp_path):
+    cluster = (data_root() / "clusters" / "hetpipe_4node.yaml").read_text()
+    (tmp_path / "c.yaml").write_text(cluster.replace("parameter_servers: [node0, node1, node2, node3]",
+                                                     "parameter_servers: []"))
+    one_line_error(*run_cli(capsys, "simulate", "--cluster", str(tmp_path / "c.yaml")), "c.yaml: parameter_servers:")
+
+
+def test_a_wsp_plan_on_a_cluster_object_without_parameter_servers_is_refused():
+    from dataclasses import replace
+    cluster = replace(hetsim.load_cluster("hetpipe_4node"), ps_nodes=())
+    with pytest.raises(PlanError, match="parameter_servers"):
+        hetsim.simulate(cluster, waves=2, warmup_waves=1)
+
+
+def test_plan_refuses_zero_jobs(capsys):
+    one_line_error(*run_cli(capsys, "plan", "--cluster", "hetpipe_4node", "--model", "vgg19_b32_analytic",
+                            "--jobs", "0"), "--jobs", "must be >= 1")
+
+
+def test_an_output_folder_that_cannot_be_made_is_refused_before_simulating(capsys, tmp_path):
+    (tmp_path / "file").write_text("")
+    code, out, err = run_cli(capsys, "simulate", "--out", str(tmp_path / "file" / "out"))
+    one_line_error(code, out, err, "--out", "is a file, not a folder")
+
+
+def test_profile_refuses_an_unknown_device_in_one_line(capsys, tmp_path):
+    one_line_error(*run_cli(capsys, "profile", "--model", "mlp", "--device", "tpu", "--out", str(tmp_path / "p.yaml")),
+                   "--device tpu: expected cpu, cuda or cuda:N")
+
+
+def test_one_wave_without_warm_up_runs(capsys):
+    code, out, err = run_cli(capsys, "simulate", "--waves", "1", "--warmup-waves", "0")
+    assert code == 0 and "throughput:" in out, err
+    code, out, err = run_cli(capsys, "simulate", "--waves", "1")          # the warm-up shrinks to fit
+    assert code == 0 and "throughput:" in out, err
+
+
+def test_a_straggler_sleeping_a_million_seconds_returns(capsys):
+    code, out, err = run_cli(capsys, "simulate", "--straggler", "1:1e6", "--waves", "3")
+    assert code == 0 and "throughput:" in out, err
+
+
+def test_json_with_out_prints_exactly_the_report_on_stdout(capsys, tmp_path):
+    code, out, err = run_cli(capsys, "simulate", "--waves", "3", "--json", "--out", str(tmp_path), "--no-plots")
+    assert code == 0 and json.loads(out) == json.loads((tmp_path / "report.json").read_text())
+    assert "wrote" in err
+
+
+def test_a_million_minibatches_are_refused_clearly_not_simulated_for_hours(capsys):
+    one_line_error(*run_cli(capsys, "simulate", "--waves", "250000"), "--waves", "stage-minibatches", "simulate fewer")
+
+
+def test_an_extreme_slowdown_or_jitter_runs_or_asks_for_more_waves(capsys):
+    code, out, err = run_cli(capsys, "simulate", "--slowdown", "node0/gpu0=1e6", "--waves", "6")
+    assert code == 0 and "throughput:" in out, err
+    one_line_error(*run_cli(capsys, "simulate", "--jitter", "10", "--waves", "2"), "no steady-state window",
+                   "simulate more waves")
+
+
+def test_a_one_gpu_cluster_simulates_and_plans(capsys, tmp_path):
+    cluster = CLUSTER.replace("count: 2", "count: 1")
+    plan = dict(PLAN, nm=1, schedule="gpipe", virtual_workers=[
+        {"name": "vw0", "stages": [{"gpu": "node0/gpu0", "layers": [0, 44]}]}])
+    args = write_inputs(tmp_path, cluster, plan)
+    code, out, err = run_cli(capsys, *args, "--profile", "vgg19_b32_analytic", "--waves", "3")
+    assert code == 0 and "throughput:" in out, err
+    code, out, err = run_cli(capsys, "plan", "--cluster", str(tmp_path / "c.yaml"), "--model", "vgg19_b32_analytic",
+                             "--jobs", "1", "--waves", "3", "--nm", "1", "--batch", "8")
+    assert code == 0 and "titan" not in out and "rtx-2060:0-44" in out, err
+
+
+def test_a_plan_of_another_model_is_refused(capsys, tmp_path):
+    args = write_inputs(tmp_path, plan=dict(PLAN, model="resnet50"))
+    one_line_error(*run_cli(capsys, *args, "--profile", "vgg19_b32_analytic"), "p.json: model: 'resnet50'", "vgg19")
+
+
+def test_a_closed_pipe_on_stdout_ends_quietly():
+    proc = subprocess.run(f"{sys.executable} -m hetsim --waves 2 | head -c 10", shell=True, capture_output=True,
+                          text=True)
+    assert "Traceback" not in proc.stderr and proc.stdout == "prediction"

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
+from hetsim.cli.arguments import OneLineParser
 from hetsim.errors import HetsimError
 
 __all__ = ["main"]
@@ -31,7 +33,7 @@ def _module(name: str):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="hetsim", description="Simulate, plan and validate pipeline + data parallel training on "
         "heterogeneous GPU clusters. With no subcommand, simulates the built-in example.")
     parser.add_argument("--version", action="version", version="hetsim 0.1.0")
@@ -43,18 +45,33 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; every refusal is one line on stderr and exit status 2, never a traceback."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv or argv[0] not in (*SUBCOMMANDS, "-h", "--help", "--version"):
         argv = ["simulate", *argv]           # `hetsim [options]` simulates
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:                # --help, --version, or a usage error (printed, one line)
+        return exc.code if isinstance(exc.code, int) else 0
     try:
         return _module(args.command).run(args)
     except HetsimError as exc:
         print(f"hetsim: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:                  # `hetsim ... | head`: the reader has gone, stop quietly
+        _silence_stdout()
+        return 141
     except KeyboardInterrupt:
         print("hetsim: interrupted", file=sys.stderr)
         return 130
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that flushing it at exit raises no second BrokenPipeError."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):            # not a real file (e.g. captured by a test)
+        pass
 
 
 if __name__ == "__main__":

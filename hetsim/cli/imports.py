@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from hetsim.errors import HetsimError
+from hetsim.cli.arguments import check_output_dir, existing_dir, existing_file
 
 __all__ = ["add_arguments", "run", "write_import", "derived_times"]
 
@@ -20,10 +20,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                        description="Write cluster.yaml, profile.yaml, plan.json (and measured.json) for one "
                        "Sailor plan; then: hetsim simulate --cluster OUT/cluster.yaml --profile "
                        "OUT/profile.yaml --plan OUT/plan.json")
-    s.add_argument("plan", metavar="PLAN.json", help="Sailor plan file")
-    s.add_argument("--data", required=True, metavar="DIR",
+    s.add_argument("plan", metavar="PLAN.json", type=existing_file, help="Sailor plan file")
+    s.add_argument("--data", required=True, metavar="DIR", type=existing_dir,
                    help="folder with profiles_tmp.json and network/ (e.g. experiments/peers/sailor/data)")
-    s.add_argument("--training-config", required=True, metavar="FILE", help="Sailor training_config_*.json")
+    s.add_argument("--training-config", required=True, metavar="FILE", type=existing_file,
+                   help="Sailor training_config_*.json")
     s.add_argument("--out", required=True, metavar="OUTDIR", help="folder to write the files to")
     s.add_argument("--derived", action="store_true",
                    help="no measured layer times: derive them from GPU datasheets (hetsim.derive)")
@@ -45,10 +46,8 @@ def write_import(plan_path: str | Path, data: str | Path, training_config: str |
         profile = derived_times(profile, imported.shape, cluster, precision, {g.tp for g in run.groups})
     plan = replace(imported.plan, precision=precision)
     out = Path(out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise HetsimError(f"--out {out}: cannot create it ({exc.strerror})") from None
+    check_output_dir(out, "--out")
+    out.mkdir(parents=True, exist_ok=True)
     paths = {"cluster": out / "cluster.yaml", "profile": out / "profile.yaml", "plan": out / "plan.json",
              "measured": out / "measured.json"}
     paths["cluster"].write_text(yaml.safe_dump(cluster, sort_keys=False, width=120))
@@ -121,6 +120,7 @@ def _zoo_model(shape) -> tuple[str, dict]:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_output_dir(args.out, "--out")          # before the import's work, not after it
     paths = write_import(args.plan, args.data, args.training_config, args.out, derived=args.derived,
                          precision=args.precision)
     print(f"wrote {', '.join(str(p) for p in paths.values())}")

@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import time
 
+from hetsim.cli.arguments import check_output_file, real, whole
 from hetsim.errors import HetsimError
 from hetsim.memory import GIB
+from hetsim.plan import SCHEDULES
 
 __all__ = ["add_arguments", "run", "format_ranking"]
 
@@ -15,40 +17,55 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cluster", required=True, help="cluster YAML, or a shipped name")
     p.add_argument("--model", required=True,
                    help="model profile (YAML/JSON, or PipeDream graph.txt), or a shipped name")
-    p.add_argument("--batch", type=int, default=None, metavar="B",
+    p.add_argument("--batch", type=whole(1), default=None, metavar="B",
                    help="minibatch size (default: the profile's; times scale linearly)")
     p.add_argument("--graph-gpu", default="reference", metavar="TYPE",
                    help="with a PipeDream graph.txt profile: the GPU type its times were measured on")
-    p.add_argument("--graph-batch", type=int, default=None, metavar="N",
+    p.add_argument("--graph-batch", type=whole(1), default=None, metavar="N",
                    help="with a PipeDream graph.txt profile: the batch size it was measured at")
     p.add_argument("--policies", default="NP,ED,HD",
                    help="comma-separated from NP, ED, HD, auto, horovod (default %(default)s)")
     p.add_argument("--nm", default="1,2,4,8", help="Nm values to try (default %(default)s)")
     p.add_argument("--staleness", default="0", metavar="D,...",
                    help="WSP staleness bounds D to try (default %(default)s)")
-    p.add_argument("--schedule", default="hetpipe", help="pipeline schedule of the plans (default %(default)s)")
-    p.add_argument("--top", type=int, default=5, metavar="K",
+    p.add_argument("--schedule", default="hetpipe", choices=SCHEDULES,
+                   help="pipeline schedule of the plans (default %(default)s)")
+    p.add_argument("--top", type=whole(1), default=5, metavar="K",
                    help="simulate the K best estimates (and any within --margin of the best; default 5)")
-    p.add_argument("--margin", type=float, default=0.1,
+    p.add_argument("--margin", type=real(0, 1), default=0.1,
                    help="also simulate estimates within this fraction of the best (default 0.1)")
-    p.add_argument("--waves", type=int, default=12, help="waves per simulation (default 12)")
-    p.add_argument("--jitter", type=float, default=0.02, metavar="CV",
+    p.add_argument("--waves", type=whole(1), default=12, help="waves per simulation (default 12)")
+    p.add_argument("--jitter", type=real(0, 10), default=0.02, metavar="CV",
                    help="lognormal compute jitter in the simulations (default 0.02: without any, "
                    "identical VWs run in lockstep and contend for links at the same instants)")
-    p.add_argument("--seed", type=int, default=0, help="seed for the simulations (default 0)")
-    p.add_argument("--jobs", type=int, default=0, help="simulation processes (default: every core)")
-    p.add_argument("--show", type=int, default=15, metavar="N", help="rows of the ranking to print (default 15)")
+    p.add_argument("--seed", type=whole(0), default=0, help="seed for the simulations (default 0)")
+    p.add_argument("--jobs", type=whole(1), default=None, help="simulation processes (default: every core)")
+    p.add_argument("--show", type=whole(0), default=15, metavar="N", help="rows of the ranking to print (default 15)")
     p.add_argument("--out", default=None, metavar="PLAN.json", help="write the best plan here")
 
 
-def _ints(text: str, option: str) -> tuple[int, ...]:
+def _ints(text: str, option: str, minimum: int) -> tuple[int, ...]:
     try:
         values = tuple(int(x) for x in text.split(",") if x.strip())
     except ValueError:
         raise HetsimError(f"{option} {text!r}: expected comma-separated integers, e.g. 1,2,4") from None
     if not values:
         raise HetsimError(f"{option}: give at least one value")
-    return values
+    for v in values:
+        if v < minimum:
+            raise HetsimError(f"{option} {text!r}: every value must be >= {minimum}, got {v}")
+    return tuple(sorted(set(values)))
+
+
+def _policies(text: str) -> tuple[str, ...]:
+    from hetsim.planner.search import POLICY_CHOICES
+    policies = tuple(p.strip() for p in text.split(",") if p.strip())
+    if not policies:
+        raise HetsimError("--policies: give at least one policy")
+    for p in policies:
+        if p not in POLICY_CHOICES:
+            raise HetsimError(f"--policies: policy {p!r}: choose from {', '.join(POLICY_CHOICES)}")
+    return policies
 
 
 def _progress(desc: str, total: int):
@@ -60,16 +77,19 @@ def run(args: argparse.Namespace) -> int:
     import hetsim
     from hetsim.planner import SearchSpace, search_plans
     from hetsim.plan import save_plan
-    space = SearchSpace(policies=tuple(p.strip() for p in args.policies.split(",") if p.strip()),
-                        nm_values=_ints(args.nm, "--nm"), staleness_values=_ints(args.staleness, "--staleness"),
+    from hetsim.sim.engine import check_length
+    space = SearchSpace(policies=_policies(args.policies), nm_values=_ints(args.nm, "--nm", 1),
+                        staleness_values=_ints(args.staleness, "--staleness", 0),
                         schedule=args.schedule, top_k=args.top, margin=args.margin, waves=args.waves,
                         warmup_waves=min(2, args.waves - 1), jitter_cv=args.jitter, seed=args.seed,
-                        workers=args.jobs)
+                        workers=args.jobs or 0)
+    if args.out:
+        check_output_file(args.out, "--out")
     cluster = hetsim.load_cluster(args.cluster)
     profile = hetsim.load_profile(args.model, graph_gpu_type=args.graph_gpu, graph_batch_size=args.graph_batch)
+    # The longest plan searched: the largest Nm, a stage on every GPU.
+    check_length(args.waves, max(space.nm_values), len(cluster.gpus), "--waves and --nm")
     if args.batch is not None:
-        if args.batch < 1:
-            raise HetsimError(f"--batch: must be >= 1, got {args.batch}")
         profile = profile.scaled_to_batch(args.batch)
     started = time.perf_counter()
     result = search_plans(cluster, profile, space, progress=_progress)

@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import re
+import warnings
 
+from hetsim.cli.arguments import check_output_file, whole
 from hetsim.errors import HetsimError, SpecError
 from hetsim.plan import PRECISIONS
 
@@ -21,11 +24,14 @@ __all__ = ["add_arguments", "run", "split_by_kernel_class"]
 
 # Layer kinds whose derived time is the sum of one roofline per kernel class of their work.
 COMPOSITE_KINDS = ("Block",)
+# Far beyond any model's training batch or input: larger values are typos (and tensors too big to build).
+MAX_BATCH = 1 << 20
+MAX_IMAGE_SIZE = 1 << 14
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="a model zoo name, e.g. vgg19, resnet152, gpt2-small")
-    p.add_argument("--batch", type=int, default=32, help="minibatch size (default 32)")
+    p.add_argument("--batch", type=whole(1, MAX_BATCH), default=32, help="minibatch size (default 32)")
     p.add_argument("--device", default="cpu", help="where to measure: cpu or cuda[:N] (default cpu)")
     p.add_argument("--device-type", default=None, metavar="NAME",
                    help="key for the measured times (default: cpu, or the CUDA GPU's name)")
@@ -36,10 +42,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--precision", default="fp32", choices=PRECISIONS,
                    help="training precision the derived times are for: fp32 (CUDA cores, TF32 off), tf32, "
                         "fp16 or bf16 (mixed precision on tensor cores); default %(default)s")
-    p.add_argument("--repeats", type=int, default=5, help="timed passes per layer (default 5; median)")
-    p.add_argument("--warmup", type=int, default=2, help="untimed passes first (default 2)")
-    p.add_argument("--threads", type=int, default=None, help="torch threads while measuring (default: torch's)")
-    p.add_argument("--image-size", type=int, default=None, help="input side for image models (default theirs)")
+    p.add_argument("--repeats", type=whole(1), default=5, help="timed passes per layer (default 5; median)")
+    p.add_argument("--warmup", type=whole(0), default=2, help="untimed passes first (default 2)")
+    p.add_argument("--threads", type=whole(1), default=None, help="torch threads while measuring (default: torch's)")
+    p.add_argument("--image-size", type=whole(1, MAX_IMAGE_SIZE), default=None,
+                   help="input side for image models (default theirs)")
     p.add_argument("--out", required=True, metavar="FILE", help="profile .yaml/.json, or PipeDream graph .txt")
     p.add_argument("--graph-txt", default=None, metavar="FILE", help="also write PipeDream's graph.txt here")
     p.add_argument("--graph-gpu", default=None, metavar="TYPE",
@@ -53,20 +60,47 @@ def run(args: argparse.Namespace) -> int:
     derive_for = _gpu_names(args.derive_for, gpus)
     if args.no_measure and not derive_for:
         raise SpecError("--no-measure needs --derive-for: otherwise the profile would have no times")
+    _check_device(args.device)
+    _check_graph_gpu(args, derive_for)
+    check_output_file(args.out, "--out", (".yaml", ".yml", ".json", ".txt"))
+    if args.graph_txt:
+        check_output_file(args.graph_txt, "--graph-txt", (".txt",))
     import torch                                    # lazily: hetsim itself never needs torch
     from modelzoo import MODELS
     if args.model not in MODELS:
         close = difflib.get_close_matches(args.model, MODELS, n=3, cutoff=0.5)
         hint = f"did you mean {', '.join(map(repr, close))}?" if close else f"known: {', '.join(sorted(MODELS))}"
         raise SpecError(f"--model: unknown model {args.model!r}; {hint}")
-    if args.batch < 1:
-        raise SpecError(f"--batch: must be at least 1, got {args.batch}")
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        raise HetsimError(f"--device {args.device}: CUDA is not available here (torch {torch.__version__}); "
-                          "use --device cpu, or --no-measure with --derive-for")
+    if args.device.startswith("cuda") and not args.no_measure:
+        index = int(args.device.partition(":")[2] or 0)
+        if not torch.cuda.is_available() or index >= torch.cuda.device_count():
+            raise HetsimError(f"--device {args.device}: CUDA is not available here (torch {torch.__version__}, "
+                              f"{torch.cuda.device_count()} CUDA devices); use --device cpu, or --no-measure "
+                              "with --derive-for")
     profile = _profile(args, derive_for, gpus)
     _write(profile, args, derive_for)
     return 0
+
+
+def _check_device(device: str) -> None:
+    """cpu, cuda or cuda:N, checked before torch is asked (it answers other names with a traceback)."""
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", device):
+        raise HetsimError(f"--device {device}: expected cpu, cuda or cuda:N")
+
+
+def _check_graph_gpu(args, derive_for: list[str]) -> None:
+    """graph.txt holds one device type's times: one this profile will have."""
+    if args.graph_gpu is None or not (args.graph_txt or args.out.endswith(".txt")):
+        return
+    if args.no_measure:
+        have = set(derive_for)
+    elif args.device_type or args.device == "cpu":
+        have = {*derive_for, args.device_type or "cpu"}
+    else:
+        return                                  # the CUDA GPU's name is known once torch is asked
+    if args.graph_gpu not in have:
+        raise HetsimError(f"--graph-gpu {args.graph_gpu}: the profile will have times for "
+                          f"{', '.join(sorted(have))} only")
 
 
 def _gpu_names(text: str, gpus: dict) -> list[str]:
@@ -88,7 +122,14 @@ def _profile(args, derive_for: list[str], gpus: dict):
     from modelzoo.counting import counted_profile
     from modelzoo.profiler import measure_profile
     kwargs = {"image_size": args.image_size} if args.image_size else {}
-    skeleton, costs = counted_profile(args.model, args.batch, **kwargs)
+    try:                                    # on the meta device: shapes only, so only shapes can fail
+        with warnings.catch_warnings():     # torch's warnings about odd shapes; the error says it all
+            warnings.simplefilter("ignore")
+            skeleton, costs = counted_profile(args.model, args.batch, **kwargs)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        size = f" at --image-size {args.image_size}" if args.image_size else ""
+        raise HetsimError(f"--model {args.model}: cannot be built or run{size} with --batch {args.batch} "
+                          f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
     base = skeleton
     if not args.no_measure:
         base = measure_profile(args.model, args.batch, device=args.device, device_type=_device_type(args),

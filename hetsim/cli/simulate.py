@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import math
+import sys
 import time
 
-from hetsim.data import DEFAULT_CLUSTER, DEFAULT_PLAN, DEFAULT_PROFILE
+from hetsim.data import DEFAULT_CLUSTER, DEFAULT_PLAN, DEFAULT_PROFILE, resolve
+from hetsim.cli.arguments import check_output_dir, real, whole
 from hetsim.cli.assignments import assignments
-from hetsim.errors import HetsimError
+from hetsim.errors import HetsimError, PlanError
 from hetsim.report import Report
 
 __all__ = ["add_arguments", "run", "format_report"]
@@ -21,13 +24,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="model profile (YAML/JSON, or PipeDream graph.txt), or a shipped name (default %(default)s)")
     p.add_argument("--graph-gpu", default="reference", metavar="TYPE",
                    help="with a PipeDream graph.txt profile: the GPU type its times were measured on")
-    p.add_argument("--graph-batch", type=int, default=None, metavar="N",
+    p.add_argument("--graph-batch", type=whole(1), default=None, metavar="N",
                    help="with a PipeDream graph.txt profile: the batch size it was measured at")
     p.add_argument("--plan", default=DEFAULT_PLAN, help="plan JSON, or a shipped name (default %(default)s)")
-    p.add_argument("--waves", type=int, default=20, help="waves of Nm minibatches per virtual worker (default 20)")
-    p.add_argument("--warmup-waves", type=int, default=2, help="waves left out of the steady-state window (default 2)")
-    p.add_argument("--seed", type=int, default=0, help="seed for jitter and stragglers (default 0)")
-    p.add_argument("--jitter", type=float, default=0.0, metavar="CV",
+    p.add_argument("--waves", type=whole(1), default=20, help="waves of Nm minibatches per virtual worker (default 20)")
+    p.add_argument("--warmup-waves", type=whole(0), default=None,
+                   help="waves left out of the steady-state window (default 2, or waves - 1 if fewer)")
+    p.add_argument("--seed", type=whole(0), default=0, help="seed for jitter and stragglers (default 0)")
+    p.add_argument("--jitter", type=real(0, 10), default=0.0, metavar="CV",
                    help="lognormal compute jitter, coefficient of variation (default 0)")
     p.add_argument("--slowdown", action="append", default=[], metavar="GPU=FACTOR",
                    help="make a GPU slower, e.g. node2/gpu1=1.5 (repeatable)")
@@ -36,11 +40,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default=None, metavar="DIR",
                    help="write report.json, CSV tables, trace.json and PNG figures here")
     p.add_argument("--no-plots", action="store_true", help="with --out, skip the PNG figures")
-    p.add_argument("--json", action="store_true", help="print the report JSON instead of the table")
+    p.add_argument("--json", action="store_true", help="print the report JSON (and nothing else) on stdout")
+
+
+def _factor(text: str) -> float:
+    value = float(text)
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(text)
+    return value
 
 
 def _slowdowns(items: list[str]) -> dict[str, float]:
-    return assignments(items, "--slowdown", float, "GPU=FACTOR, e.g. node2/gpu1=1.5")
+    return assignments(items, "--slowdown", _factor, "GPU=FACTOR with a finite FACTOR > 0, e.g. node2/gpu1=1.5")
 
 
 def _straggler(text: str | None) -> tuple[float, float]:
@@ -48,21 +59,38 @@ def _straggler(text: str | None) -> tuple[float, float]:
         return 0.0, 0.0
     prob, _, delay = text.partition(":")
     try:
-        return float(prob), float(delay)
+        prob_f, delay_s = float(prob), float(delay)
     except ValueError:
-        raise HetsimError(f"--straggler {text!r}: expected PROB:SECONDS, e.g. 0.1:0.1") from None
+        prob_f = delay_s = math.nan             # refused just below, with the same message
+    if not (0 <= prob_f <= 1 and 0 <= delay_s < math.inf):
+        raise HetsimError(f"--straggler {text!r}: expected PROB:SECONDS, PROB in [0, 1] and SECONDS >= 0, "
+                          "e.g. 0.1:0.1")
+    return prob_f, delay_s
+
+
+def _warmup(args: argparse.Namespace) -> int:
+    if args.warmup_waves is None:
+        return min(2, args.waves - 1)
+    if args.warmup_waves >= args.waves:
+        raise HetsimError(f"--warmup-waves {args.warmup_waves}: must be less than --waves ({args.waves}), "
+                          "so that some waves are measured")
+    return args.warmup_waves
 
 
 def run(args: argparse.Namespace) -> int:
     import hetsim
     prob, delay = _straggler(args.straggler)
+    slowdown, warmup = _slowdowns(args.slowdown), _warmup(args)
+    if args.out:
+        check_output_dir(args.out, "--out")
     started = time.perf_counter()
-    profile = hetsim.load_profile(args.profile, graph_gpu_type=args.graph_gpu,
-                                  graph_batch_size=args.graph_batch)
-    report = hetsim.simulate(args.cluster, profile, args.plan, waves=args.waves,
-                             warmup_waves=args.warmup_waves, seed=args.seed, jitter_cv=args.jitter,
-                             slowdown=_slowdowns(args.slowdown), straggler_prob=prob,
-                             straggler_delay_s=delay, trace=args.out is not None)
+    cluster, profile, plan = _inputs(args, slowdown)
+    try:
+        report = hetsim.simulate(cluster, profile, plan, waves=args.waves, warmup_waves=warmup, seed=args.seed,
+                                 jitter_cv=args.jitter, slowdown=slowdown, straggler_prob=prob,
+                                 straggler_delay_s=delay, trace=args.out is not None)
+    except PlanError as exc:
+        raise _in_plan_file(exc, args.plan) from None
     wall = time.perf_counter() - started
     if args.json:
         print(report.to_json(), end="")
@@ -71,8 +99,32 @@ def run(args: argparse.Namespace) -> int:
         print(f"\nsimulated {report.settings['events']:,} events in {wall:.2f} s")
     if args.out:
         paths = report.write(args.out, plots=not args.no_plots)
-        print(f"wrote {len(paths)} files to {args.out}/ ({', '.join(p.name for p in paths)})")
+        print(f"wrote {len(paths)} files to {args.out}/ ({', '.join(p.name for p in paths)})",
+              file=sys.stderr if args.json else sys.stdout)
     return 0
+
+
+def _inputs(args: argparse.Namespace, slowdown: dict[str, float]):
+    """Cluster, profile and plan, checked against each other and the options before simulating."""
+    import hetsim
+    from hetsim.sim.engine import check_length
+    cluster = hetsim.load_cluster(args.cluster)
+    profile = hetsim.load_profile(args.profile, graph_gpu_type=args.graph_gpu, graph_batch_size=args.graph_batch)
+    plan = hetsim.load_plan(args.plan)
+    if plan.model and plan.model != profile.model:
+        raise _in_plan_file(PlanError(f"model: {plan.model!r}, but the profile {args.profile} is of "
+                                      f"{profile.model!r}; simulate a plan with a profile of its model"), args.plan)
+    check_length(args.waves, plan.nm, sum(len(vw.stages) for vw in plan.virtual_workers),
+                 f"--waves and {resolve('plan', args.plan).name}'s nm")
+    for gpu, factor in slowdown.items():
+        if gpu not in {g.id for g in cluster.gpus}:
+            raise HetsimError(f"--slowdown '{gpu}={factor:g}': cluster {cluster.name} has no GPU {gpu!r}")
+    return cluster, profile, plan
+
+
+def _in_plan_file(exc: PlanError, plan: str) -> PlanError:
+    """A plan that does not fit this cluster and profile: the error names its file where it said 'plan'."""
+    return PlanError(f"{resolve('plan', plan).name}: {str(exc).removeprefix('plan: ')}")
 
 
 def format_report(report: Report) -> str:

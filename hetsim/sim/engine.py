@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from hetsim.cluster import Cluster
-from hetsim.errors import HetsimError, SimulationError
+from hetsim.errors import HetsimError, PlanError, SimulationError
 from hetsim.feasibility import check_plan, vw_schedule
 from hetsim.parameter_servers import ps_shards
 from hetsim.plan import ASYNC_SCHEDULES, Plan
@@ -23,7 +24,7 @@ from hetsim.sim.wsp import WaveSync
 from hetsim.report import Report
 from hetsim.trace import TraceWriter
 
-__all__ = ["SimOptions", "run_simulation"]
+__all__ = ["SimOptions", "run_simulation", "check_length", "MAX_STAGE_MINIBATCHES"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,18 +46,34 @@ class SimOptions:
         if not 0 <= self.warmup_waves < self.waves:
             raise HetsimError(f"warmup_waves: must be in [0, waves), got {self.warmup_waves} "
                               f"with waves={self.waves}")
-        if self.jitter_cv < 0:
-            raise HetsimError(f"jitter_cv: must be >= 0, got {self.jitter_cv}")
-        if not 0 <= self.straggler_prob <= 1 or self.straggler_delay_s < 0:
-            raise HetsimError("straggler_prob must be in [0, 1] and straggler_delay_s >= 0")
+        if not 0 <= self.jitter_cv < math.inf:
+            raise HetsimError(f"jitter_cv: must be finite and >= 0, got {self.jitter_cv}")
+        if not (0 <= self.straggler_prob <= 1 and 0 <= self.straggler_delay_s < math.inf):
+            raise HetsimError("straggler_prob must be in [0, 1] and straggler_delay_s finite and >= 0")
         for gpu, factor in self.slowdown.items():
-            if not factor > 0:
-                raise HetsimError(f"slowdown[{gpu}]: must be > 0, got {factor}")
+            if not 0 < factor < math.inf:
+                raise HetsimError(f"slowdown[{gpu}]: must be finite and > 0, got {factor}")
+
+
+# Stage-minibatches (waves x Nm x the stages of every virtual worker) a run may simulate: about a
+# minute of simulation. Steady state comes within a few waves, so longer runs add time, not accuracy.
+MAX_STAGE_MINIBATCHES = 500_000
+
+
+def check_length(waves: int, nm: int, stages: int, name: str = "waves") -> None:
+    """Refuse a run of `waves` waves of Nm minibatches through `stages` stages (over every virtual
+    worker) too long to finish in reasonable time, naming the option that sets its length."""
+    work = waves * nm * stages
+    if work > MAX_STAGE_MINIBATCHES:
+        raise SimulationError(f"{name}: {waves} waves x Nm={nm} x {stages} stages is {work:,} stage-minibatches "
+                              f"to simulate, more than {MAX_STAGE_MINIBATCHES:,} (minutes of simulation); steady "
+                              "state comes within a few waves, so simulate fewer")
 
 
 def run_simulation(cluster: Cluster, profile: ModelProfile, plan: Plan,
                    options: SimOptions = SimOptions()) -> Report:
     """Simulate `options.waves` waves of every virtual worker; the Report carries the trace."""
+    check_length(options.waves, plan.nm, _n_stages(plan))
     profile = profile.scaled_to_batch(plan.minibatch_size)
     memory = check_plan(plan, cluster, profile, options.waves)
     for gpu in options.slowdown:
@@ -65,10 +82,10 @@ def run_simulation(cluster: Cluster, profile: ModelProfile, plan: Plan,
     n_vw = len(plan.virtual_workers)
     n_mb = options.waves * plan.nm
     world = World(cluster)
+    _add_devices(world, cluster, options)         # before the recorder: with no warm-up it snapshots them
     rec = Recorder(world, n_vw, n_mb, options.warmup_waves * plan.nm, trace)
     if trace is not None:
         world.net.on_rates = rec.link_rates
-    _add_devices(world, cluster, options)
     stages = _build_stages(world, plan, profile, rec)
     sync = _make_sync(world, rec, plan, cluster, profile, stages, options.waves)
     if trace is not None:
@@ -88,6 +105,10 @@ def run_simulation(cluster: Cluster, profile: ModelProfile, plan: Plan,
     report = build_report(world, rec, plan, cluster, profile, options, memory, stages, sync)
     report.trace = trace
     return report
+
+
+def _n_stages(plan: Plan) -> int:
+    return sum(len(vw.stages) for vw in plan.virtual_workers)
 
 
 def _add_devices(world: World, cluster: Cluster, options: SimOptions) -> None:
@@ -130,6 +151,9 @@ def _build_stages(world: World, plan: Plan, profile: ModelProfile, rec: Recorder
 def _make_sync(world, rec, plan: Plan, cluster, profile, stages, waves: int):
     n_vw, mode = len(plan.virtual_workers), plan.sync.mode
     if mode == "wsp":
+        if plan.sync.ps_placement == "default" and not cluster.ps_nodes:
+            raise PlanError(f"plan: sync wsp places its parameter servers on the cluster's parameter_servers, "
+                            f"and cluster {cluster.name} lists none; name at least one node there")
         return WaveSync(world, rec, profile, ps_shards(plan, cluster, profile), n_vw,
                         [len(s) for s in stages], plan.sync.staleness_bound,
                         plan.sync.offset_for(plan.schedule))

@@ -5,6 +5,12 @@ each gets at most capacity / n, so two equal transfers on one link each take twi
 alone. Rates are recomputed by progressive filling whenever a flow starts or ends, but only for the
 flows connected to it through shared capacities: max-min fairness decomposes over those components.
 The same model shares CPU cores among ranks (amount = core-seconds, each flow capped at one core).
+
+Clock safety: a flow keeps the amount left as of its last rate change (`since`) and its finish is
+predicted once from there, `since + remaining / rate`; when that instant comes the flow is done, by
+definition, without subtracting huge absolute times to check. So a transfer takes amount / rate at
+any clock value (a float clock at 1e12 s has a resolution of about 1e-4 s, which a re-check of
+"bytes moved = rate x (now - since)" would turn into endless re-predictions).
 """
 
 from __future__ import annotations
@@ -18,17 +24,15 @@ import simpy
 
 __all__ = ["FluidShare"]
 
-_REL_TOL = 1e-9
-
 
 class _Flow:
-    __slots__ = ("id", "links", "columns", "remaining", "total", "cap", "rate", "since", "done", "version")
+    __slots__ = ("id", "links", "columns", "remaining", "cap", "rate", "since", "done", "version")
 
     def __init__(self, flow_id: int, links: tuple[str, ...], amount: float, cap: float,
                  now: float, done: simpy.Event, columns=None):
         self.id, self.links, self.cap, self.done = flow_id, links, cap, done
         self.columns = columns                  # link indices into FluidShare's capacity vector
-        self.remaining = self.total = amount
+        self.remaining = amount                 # as of `since`, the last rate change
         self.rate, self.since, self.version = 0.0, now, 0
 
 
@@ -85,12 +89,16 @@ class FluidShare:
             self._settle(flow)
 
     def _settle(self, flow: _Flow) -> None:
-        moved = flow.rate * (self.env.now - flow.since)
-        if moved:
-            flow.remaining -= moved
-            for name in flow.links:
-                self.carried[name] += moved
+        """Move the flow's progress since `since` into `carried` (never more than it has left)."""
+        moved = min(flow.rate * (self.env.now - flow.since), flow.remaining)
+        if moved > 0:
+            self._carry(flow, moved)
         flow.since = self.env.now
+
+    def _carry(self, flow: _Flow, amount: float) -> None:
+        flow.remaining -= amount
+        for name in flow.links:
+            self.carried[name] += amount
 
     def _component(self, links) -> list[_Flow]:
         """Every flow connected to `links` through shared capacities, in flow-id order."""
@@ -147,19 +155,16 @@ class FluidShare:
         if at != self._timer_at:
             return                                   # superseded by an earlier timer
         self._timer_at = math.inf
+        # Every flow predicted to end by `at` is done (the clock may read `at` give or take a unit
+        # in the last place: now + (at - now) need not round back to `at`).
         finished: list[_Flow] = []
-        while self._finish and self._finish[0][0] <= self.env.now:
+        while self._finish and self._finish[0][0] <= at:
             _, _, version, flow = heapq.heappop(self._finish)
             if version == flow.version and flow.id in self._flows:
-                self._settle(flow)
                 finished.append(flow)
         touched: list[str] = []
         for flow in finished:
-            if flow.remaining > _REL_TOL * flow.total + 1e-9 * flow.rate:
-                flow.version += 1                    # rounding: not quite done, predict again
-                heapq.heappush(self._finish, (self.env.now + flow.remaining / flow.rate, flow.id,
-                                              flow.version, flow))
-                continue
+            self._carry(flow, flow.remaining)        # exactly what was left at its last rate change
             del self._flows[flow.id]
             for name in flow.links:
                 del self._on_link[name][flow.id]

@@ -21,11 +21,12 @@ __all__ = ["build_report"]
 def build_report(world: World, rec: Recorder, plan: Plan, cluster: Cluster, profile: ModelProfile,
                  options, memory: dict[str, StageMemory], stages: list[list[Stage]], sync) -> Report:
     start, end = rec.start, rec.end
-    if start is None or end is None or end.t <= start.t:
-        raise SimulationError(f"no steady-state window: raise waves above warmup_waves "
-                              f"({options.waves} <= {options.warmup_waves})")
-    span = end.t - start.t
     window = steady_window(rec.completion_times, rec.warmup, period=plan.nm)
+    if start is None or end is None or end.t <= start.t or window is None:
+        raise SimulationError(f"no steady-state window: no simulated time passed between the last virtual worker "
+                              f"finishing its {options.warmup_waves} warm-up waves and the first finishing all "
+                              f"{options.waves}; simulate more waves")
+    span = end.t - start.t
     vws = [VwStats(name=vw.name, minibatches=window.minibatches(i), minibatches_per_s=window.rate(i),
                    samples_per_s=window.rate(i) * plan.minibatch_size,
                    sync_wait_s=end.vw_sync_wait[i] - start.vw_sync_wait[i])

@@ -87,3 +87,48 @@ def test_many_concurrent_transfers_finish_as_fair_sharing_predicts():
     times = finish_times({"nic": 100.0, **{f"g{i}": 1000.0 for i in range(200)}},
                          [(0, (f"g{i}", "nic"), 10.0) for i in range(200)])
     assert times == pytest.approx([200 * 0.1] * 200, rel=1e-9)
+
+
+def run_bounded(env, max_events=10_000):
+    """env.run(), failing (rather than hanging) if the model keeps scheduling events."""
+    for _ in range(max_events):
+        if env.peek() == math.inf:
+            return
+        env.step()
+    pytest.fail(f"still busy after {max_events} events at t={env.now}")
+
+
+@pytest.mark.parametrize("start_s", [0.0, 1e7, 1e9, 1e12])
+@pytest.mark.parametrize("amount, bandwidth", [(2.5e9, 1e9), (1e5, 1e10), (3.0, 7.0)])
+def test_a_transfer_takes_bytes_over_bandwidth_at_any_clock_value(start_s, amount, bandwidth):
+    # At 1e12 s the clock resolves ~1e-4 s: a 1e-5 s transfer ends at the same reading it started
+    # (start + d rounds to start), and nothing re-predicts it forever.
+    env = simpy.Environment(initial_time=start_s)
+    share = FluidShare(env, {"l": bandwidth})
+    done = share.transfer(("l",), amount)
+    run_bounded(env)
+    assert done.processed and env.now == start_s + amount / bandwidth
+    assert share.carried == {"l": amount}
+
+
+def test_a_transfer_starting_at_1e12_s_takes_exactly_bytes_over_bandwidth():
+    env = simpy.Environment(initial_time=1e12)
+    share = FluidShare(env, {"l": 1e9})
+    share.transfer(("l",), 2.5e9)
+    run_bounded(env)
+    assert env.now - 1e12 == 2.5
+
+
+def test_sharing_stays_exact_late_in_a_long_run():
+    # The early-start test above, 1e12 s later: A 100 and B 50 at 100/s share until B ends at +1, then A
+    # runs alone until +1.5 (durations that the clock at 1e12 s can represent exactly).
+    assert finish_times({"l": 100.0}, [(1e12, ("l",), 100.0), (1e12, ("l",), 50.0)]) == [1e12 + 1.5, 1e12 + 1.0]
+
+
+def test_many_short_transfers_late_in_a_run_finish_without_endless_re_predictions():
+    env = simpy.Environment(initial_time=3e11)
+    share = FluidShare(env, {"a": 1e10, "b": 3e9})
+    events = [share.transfer(("a", "b") if i % 2 else ("a",), 1e3 * (i + 1)) for i in range(50)]
+    run_bounded(env)
+    assert all(e.processed for e in events)
+    assert share.carried["a"] == sum(1e3 * (i + 1) for i in range(50))
