@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
                               f"{layout.world_size} -m executor ..., or executor.launch() from Python")
         if world != layout.world_size:
             raise HetsimError(f"plan {job.plan.name} needs {layout.world_size} ranks "
-                              f"({len(layout.stage_ranks)} stages + {len(layout.ps_ranks)} parameter servers"
+                              f"({len(layout.stage_ranks)} stage ranks + {len(layout.ps_ranks)} parameter servers"
                               f"{' + 1 sdpipe group scheduler' if job.plan.sync.mode == 'sdpipe' else ''}); "
                               f"torchrun started {world}")
         records = rank_main(rank, world, job, "env://", None)

@@ -10,8 +10,10 @@ processes, within 2%). Time-slicing cannot hide that cost: it is work, not waiti
 its stage's forward, update and backward (the executor's own StageModel, one minibatch in flight, as
 1F1B keeps it; a rank with an emulated slowdown spins after each step as the executor's does, and a
 spinning rank evicts little), first each alone in turn and then all at once, twice over; the factor
-is the CPU seconds of the loops together over the same loops alone. The host's speed drifts by a few
-percent over seconds, so the two rounds' phases interleave and the factor is their mean. hetsim's
+is the CPU seconds of the loops together over the same loops alone. A member of a tensor-parallel
+stage loops its share of the layers (modelzoo.tp) without its all-reduces: its work, not its waits.
+The host's speed drifts by a few percent over seconds, so the two rounds' phases interleave and the
+factor is their mean. hetsim's
 simulator multiplies compute on a node's shared cores by it (`Node.colocated_work`). It is measured
 like the profile, before the run it predicts, and never from the run itself.
 
@@ -37,38 +39,44 @@ __all__ = ["colocation_factor", "gpu_concurrency"]
 
 
 def colocation_factor(model: str, stages: list[tuple[int, int]], *, batch: int, model_kwargs: dict | None = None,
-                      slowdowns: list[float] | None = None, seconds: float = 0.6, rounds: int = 2) -> float:
+                      slowdowns: list[float] | None = None, seconds: float = 0.6, rounds: int = 2,
+                      tp: list[tuple[int, int]] | None = None) -> float:
     """CPU work of `stages` ([lo, hi) layer ranges, one process each, with their emulated
-    `slowdowns`) run together over run alone. Takes about rounds x (len(stages) + 2) x `seconds`
-    plus process start-up; 1.0 for one stage."""
+    `slowdowns`; `tp` gives each its (member index, tensor-parallel degree), default (0, 1)) run
+    together over run alone. Takes about rounds x (len(stages) + 2) x `seconds` plus process
+    start-up; 1.0 for one stage."""
     if len(stages) < 2:
         return 1.0
     results = _probes(model, stages, batch, model_kwargs, slowdowns or [1.0] * len(stages), seconds, rounds, "cpu",
-                      wall=False)
+                      wall=False, tp=tp)
     ratios = [sum(r[k][1] for r in results) / sum(r[k][0] for r in results) for k in range(rounds)]
     return statistics.fmean(ratios)
 
 
 def gpu_concurrency(model: str, stages: list[tuple[int, int]], *, batch: int, device: str = "cuda",
-                    model_kwargs: dict | None = None, seconds: float = 0.6, rounds: int = 2) -> float:
-    """How many of `stages` (one process each, all on `device`) a GPU runs at full speed at once:
-    the sum over stages of step time alone over step time together, between 1 and len(stages)."""
+                    model_kwargs: dict | None = None, seconds: float = 0.6, rounds: int = 2,
+                    tp: list[tuple[int, int]] | None = None) -> float:
+    """How many of `stages` (one process each, all on `device`; `tp` as in colocation_factor) a GPU
+    runs at full speed at once: the sum over stages of step time alone over step time together,
+    between 1 and len(stages)."""
     if len(stages) < 2:
         return 1.0
-    results = _probes(model, stages, batch, model_kwargs, [1.0] * len(stages), seconds, rounds, device, wall=True)
+    results = _probes(model, stages, batch, model_kwargs, [1.0] * len(stages), seconds, rounds, device, wall=True,
+                      tp=tp)
     sums = [sum(r[k][0] / r[k][1] for r in results) for k in range(rounds)]
     return min(max(statistics.fmean(sums), 1.0), float(len(stages)))
 
 
-def _probes(model, stages, batch, model_kwargs, slowdowns, seconds, rounds, device, wall: bool) -> list:
+def _probes(model, stages, batch, model_kwargs, slowdowns, seconds, rounds, device, wall: bool, tp=None) -> list:
     """Each probe's [(alone, together)] per round: a step's work (`wall` False), or its wall time."""
     if seconds <= 0 or rounds < 1:
         raise ValueError(f"seconds must be > 0 and rounds >= 1, got {seconds} and {rounds}")
     import torch.multiprocessing as mp
     ctx = mp.get_context("spawn")
     barrier, out = ctx.Barrier(len(stages)), ctx.Queue()
+    tp = tp or [(0, 1)] * len(stages)
     procs = [ctx.Process(target=_probe, args=(i, model, lo, hi, batch, dict(model_kwargs or {}), slowdowns[i],
-                                              seconds, rounds, barrier, out, device, wall))
+                                              seconds, rounds, barrier, out, device, wall, tp[i]))
              for i, (lo, hi) in enumerate(stages)]
     for p in procs:
         p.start()
@@ -79,13 +87,14 @@ def _probes(model, stages, batch, model_kwargs, slowdowns, seconds, rounds, devi
 
 
 def _probe(i: int, model: str, lo: int, hi: int, batch: int, model_kwargs: dict, slowdown: float,
-           seconds: float, rounds: int, barrier, out, device: str = "cpu", wall: bool = False) -> None:
+           seconds: float, rounds: int, barrier, out, device: str = "cpu", wall: bool = False,
+           tp: tuple[int, int] = (0, 1)) -> None:
     from executor.emulation import Emulation
     from executor.placement import staged
     from modelzoo.allocator import steady_allocator
     steady_allocator()                        # as every executor rank
     torch.set_num_threads(1)
-    step = _stage_step(model, lo, hi, batch, model_kwargs, device)
+    step = _stage_step(model, lo, hi, batch, model_kwargs, device, tp)
     emulation = Emulation(slowdown, staged(device))
     _work_per_step(step, emulation, 0.2, wall)       # warm: first passes fault in memory later ones reuse
     results = []
@@ -101,13 +110,16 @@ def _probe(i: int, model: str, lo: int, hi: int, batch: int, model_kwargs: dict,
     out.put(results)
 
 
-def _stage_step(model: str, lo: int, hi: int, batch: int, model_kwargs: dict, device: str = "cpu"):
+def _stage_step(model: str, lo: int, hi: int, batch: int, model_kwargs: dict, device: str = "cpu",
+                tp: tuple[int, int] = (0, 1)):
     """A function doing one minibatch of the stage as an executor rank does under 1F1B: forward,
-    the update of the previous minibatch (into fresh tensors: that one's weights are stashed), backward."""
+    the update of the previous minibatch (into fresh tensors: that one's weights are stashed), backward.
+    With `tp` (k, t), t > 1: member k's share of the layers, its all-reduces left out."""
     import modelzoo
     from executor.stage import StageModel
     from executor.worker import layer_values
     from modelzoo.tasks import task_of
+    from modelzoo.tp import TPComm, split_stage, stage_loss
     torch.manual_seed(0)
     net, example = modelzoo.build(model, batch=1, **model_kwargs)
     graph = modelzoo.layer_graph(net)
@@ -118,7 +130,10 @@ def _stage_step(model: str, lo: int, hi: int, batch: int, model_kwargs: dict, de
     inputs = (first_inputs.to(device),) if lo == 0 else tuple(shaped(lo))     # token ids for a language model
     grads = None if last else tuple(shaped(hi))
     labels = labels.to(device) if last else None
-    stage = StageModel(graph, lo, hi, is_last=last, lr=0.01, momentum=0.9, device=device)
+    if tp[1] > 1:
+        split_stage(graph, lo, hi, TPComm(*tp, group=None, wire=device))
+    stage = StageModel(graph, lo, hi, is_last=last, lr=0.01, momentum=0.9, device=device,
+                       loss_fn=stage_loss(graph, hi))
     minibatches = itertools.count()
 
     def step() -> None:

@@ -20,7 +20,7 @@ from executor.layout import RankLayout
 from executor.measure import build_measured_report
 from executor.options import ExecOptions
 from executor.record import RankRecord
-from executor.worker import Job, _check_supported, job_layout, run_rank
+from executor.worker import Job, _check_supported, check_tp_layers, job_layout, run_rank
 from hetsim.cluster import Cluster, load_cluster
 from hetsim.errors import HetsimError
 from hetsim.plan import Plan, load_plan
@@ -42,12 +42,18 @@ def make_job(plan: Plan | str | Path, cluster: Cluster | str | Path, model: str 
     job = Job(plan=plan, cluster=cluster, model=model or plan.model, options=options, profile=profile,
               model_kwargs=tuple(sorted((model_kwargs or {}).items())))
     _check_supported(job)
+    if len(plan.gpus) > sum(len(vw.stages) for vw in plan.virtual_workers):     # tensor-parallel stages
+        check_tp_layers(job, _graph(job))
     return job
 
 
-def layout_of(job: Job) -> RankLayout:
+def _graph(job: Job):
     model, _ = modelzoo.build(job.model, batch=1, **dict(job.model_kwargs))
-    return job_layout(job, len(modelzoo.layer_graph(model)))
+    return modelzoo.layer_graph(model)
+
+
+def layout_of(job: Job) -> RankLayout:
+    return job_layout(job, len(_graph(job)))
 
 
 def rank_main(rank: int, world_size: int, job: Job, init_method: str, records_path: str | None,

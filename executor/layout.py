@@ -1,5 +1,5 @@
-"""Which rank does what: (virtual worker, stage) ranks first, VW-major, then parameter-server ranks,
-then SDPipe's group scheduler.
+"""Which rank does what: (virtual worker, stage) ranks first, VW-major, a tensor-parallel stage's
+members one after another from its lead, then parameter-server ranks, then SDPipe's group scheduler.
 
 Pure functions of the plan and cluster, so every rank (and the launcher) derives the same layout.
 """
@@ -21,6 +21,8 @@ class Role:
     stage: int = -1
     gpu: str = ""                # cluster GPU id the stage runs as (its emulated device)
     layers: tuple[int, int] = (0, 0)
+    tp: int = 1                  # the stage's tensor-parallel degree
+    tp_rank: int = 0             # this rank's member index in it (0: the lead)
     ps_index: int = -1           # which parameter-server shard (ps ranks only)
 
 
@@ -48,10 +50,15 @@ class RankLayout:
         raise KeyError("no sdpipe scheduler rank (the plan's sync is not sdpipe)")
 
     def stage_rank(self, vw: int, stage: int) -> int:
-        for r in self.roles:
-            if r.kind == "stage" and r.vw == vw and r.stage == stage:
-                return r.rank
-        raise KeyError(f"no rank for vw {vw} stage {stage}")
+        """The rank of the stage, or of its lead: the one that talks to the neighbouring stages."""
+        return self.member_ranks(vw, stage)[0]
+
+    def member_ranks(self, vw: int, stage: int) -> list[int]:
+        """The ranks of the stage, lead first (one unless the stage is tensor-parallel)."""
+        ranks = [r.rank for r in self.roles if r.kind == "stage" and r.vw == vw and r.stage == stage]
+        if not ranks:
+            raise KeyError(f"no rank for vw {vw} stage {stage}")
+        return ranks
 
     def describe(self, rank: int) -> str:
         r = self.roles[rank]
@@ -59,17 +66,21 @@ class RankLayout:
             return f"rank {rank} (parameter server {r.ps_index})"
         if r.kind == "scheduler":
             return f"rank {rank} (sdpipe group scheduler)"
-        return f"rank {rank} (vw{r.vw} stage {r.stage} on {r.gpu})"
+        tp = f" tp{r.tp_rank}/{r.tp}" if r.tp > 1 else ""
+        return f"rank {rank} (vw{r.vw} stage {r.stage}{tp} on {r.gpu})"
 
 
 def rank_layout(plan: Plan, n_shards: int) -> RankLayout:
-    """Stage ranks in plan order; WSP adds one parameter-server rank per shard
-    (hetsim.parameter_servers.ps_shards: one per PS node, or one per stage with local placement);
-    SDPipe adds one group-scheduler rank that serves every stage index."""
+    """Stage ranks in plan order (a tensor-parallel stage's members in its order, lead first); WSP
+    adds one parameter-server rank per shard (hetsim.parameter_servers.ps_shards: one per PS node, or
+    one per stage with local placement); SDPipe adds one group-scheduler rank that serves every stage
+    index."""
     roles: list[Role] = []
     for v, vw in enumerate(plan.virtual_workers):
         for s, spec in enumerate(vw.stages):
-            roles.append(Role(rank=len(roles), kind="stage", vw=v, stage=s, gpu=spec.gpu, layers=spec.layers))
+            for k, gpu in enumerate(spec.members):
+                roles.append(Role(rank=len(roles), kind="stage", vw=v, stage=s, gpu=gpu, layers=spec.layers,
+                                  tp=spec.tp, tp_rank=k))
     if plan.sync.mode == "wsp":
         for j in range(n_shards):
             roles.append(Role(rank=len(roles), kind="ps", ps_index=j))

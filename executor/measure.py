@@ -57,13 +57,15 @@ def build_measured_report(job, layout: RankLayout, records: list[RankRecord], sc
 
 
 def _clip(rec: RankRecord, origin: float, start: float, end: float) -> dict[str, float]:
-    out = {"compute": 0.0, "wait": 0.0, "sync": 0.0, "optimizer": 0.0}
+    out = {"compute": 0.0, "wait": 0.0, "sync": 0.0, "optimizer": 0.0, "tp": 0.0}
     for _, cat, t0, t1 in rec.spans:
         a, b = max(rec.wall(t0) - origin, start), min(rec.wall(t1) - origin, end)
         if b > a:
             out[cat] += b - a
             if cat == "optimizer":          # optimiser work is compute too (the rank is busy)
                 out["compute"] += b - a
+            elif cat == "tp":               # a TP all-reduce inside a forward's or backward's span is not
+                out["compute"] -= b - a     # compute: the simulator runs it after the compute
     return out
 
 
@@ -85,7 +87,7 @@ def _gpus(job, layout: RankLayout, records, clipped, span: float) -> list[GpuSta
             recv_wait_s=c["wait"], sync_wait_s=c["sync"], memory_bytes=rec.peak_memory_bytes,
             memory_capacity_bytes=slot.type.memory_bytes,
             memory_breakdown={rec.memory_kind: rec.peak_memory_bytes, "weights_bytes": rec.weights_bytes,
-                              "stashed_weights_bytes": stash}))
+                              "stashed_weights_bytes": stash}, tp=role.tp))
     return out
 
 
@@ -119,7 +121,8 @@ def _sync(plan, records, layout: RankLayout) -> dict:
 
 
 def _notes(opts, sync_mode: str) -> list[str]:
-    notes = ["measured: torch.distributed executor, one process per stage and per parameter server"
+    notes = ["measured: torch.distributed executor, one process per stage (per member of a tensor-parallel "
+             "stage) and per parameter server"
              + (", and one for the sdpipe group scheduler" if sync_mode == "sdpipe" else "")]
     if any(f != 1.0 for f in opts.slowdown.values()):
         notes.append(EMULATION_NOTE + ": " + ", ".join(f"{g} x{f}" for g, f in sorted(opts.slowdown.items())))
@@ -134,6 +137,8 @@ def _training(layout: RankLayout, records, clipped, origin: float, start: float,
             "compute_work_s_per_minibatch": work,
             "optimizer_s": {layout.describe(r.rank): clipped[r.rank]["optimizer"] for r in records
                             if layout.roles[r.rank].kind == "stage"},
+            # Seconds in a tensor-parallel stage's all-reduces inside its forwards and backwards.
+            "tp_allreduce_s": {role.gpu: clipped[role.rank]["tp"] for role in layout.stage_ranks if role.tp > 1},
             "weight_versions": {layout.describe(r.rank): [list(v) for v in r.versions] for r in records
                                 if r.versions},
             "final_weights": {layout.describe(r.rank): r.final_weights for r in records if r.final_weights},
@@ -173,10 +178,11 @@ def _sdpipe_groups(records) -> dict:
 def _trace(job, layout: RankLayout, records, origin: float) -> TraceWriter:
     trace = TraceWriter("measurement")
     rows = {}
-    for role in layout.stage_ranks:           # the simulator's row names: "gpuN TYPE [vw sS]"
+    for role in layout.stage_ranks:           # the simulator's row names: "gpuN TYPE [vw sS tpK/T]"
         slot = job.cluster.gpu(role.gpu)
+        tp = f" tp{role.tp_rank}/{role.tp}" if role.tp > 1 else ""
         rows[role.rank] = (slot.node, f"{slot.id.split('/')[1]} {slot.type.display_name} "
-                                      f"[{job.plan.virtual_workers[role.vw].name} s{role.stage}]")
+                                      f"[{job.plan.virtual_workers[role.vw].name} s{role.stage}{tp}]")
     order = {g.id: i for i, g in enumerate(job.cluster.gpus)}
     for rank in sorted(rows, key=lambda r: order[layout.roles[r].gpu]):
         trace.row(*rows[rank])

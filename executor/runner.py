@@ -3,6 +3,12 @@
 Each action kind has a small handler. Sends are asynchronous (isend); receives are posted ahead
 and RECV waits for its message, so a message travels as soon as it is sent, as the simulator
 assumes; time spent waiting is recorded as such, forwards/backwards as compute.
+
+A tensor-parallel stage is one StageRank per member, all replaying the stage's actions. Only the
+lead talks to the neighbouring stages (as hetsim.sim.pipeline's stage does from its GPU): at RECV it
+broadcasts what it received to the other members, who wait for that broadcast instead; their
+outputs and input gradients equal the lead's (modelzoo.tp), so only the lead sends them. The
+all-reduces inside a forward or backward are recorded as "tp" spans within its compute span.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from executor.record import RankRecord
 from executor.sdpipe import GroupSyncClient
 from executor.stage import StageModel
 from executor.wsp import WspClient
+from modelzoo.tp import TPComm
 
 __all__ = ["StageRank"]
 
@@ -34,7 +41,8 @@ class StageRank:
                  group=None, group_ranks: list[int] | None = None, n_vw: int = 1,
                  checkpoint=None, fault: tuple[int, str, str] | None = None, rank: int = -1,
                  sdpipe: GroupSyncClient | None = None, placement: Placement = CPU,
-                 p2p_groups: dict[tuple[int, int], object] | None = None):
+                 p2p_groups: dict[tuple[int, int], object] | None = None, tp: TPComm | None = None,
+                 tp_ranks: list[int] | None = None):
         self.vw, self.stage, self.n_stages, self.nm = vw, stage, n_stages, nm
         self.asynchronous = asynchronous
         self.model, self.data, self.emulation, self.rec = model, data, emulation, record
@@ -47,6 +55,8 @@ class StageRank:
         self.p2p_groups = p2p_groups or {}
         self.checkpoint = checkpoint          # callable(wave) after each STEP, or None
         self.rank, self.fault = rank, fault
+        self.tp, self.tp_ranks = tp, tp_ranks or []   # a tensor-parallel stage's group, its ranks lead first
+        self.lead = tp is None or tp.rank == 0
         self.applied = 0                  # own minibatches whose updates are in the local weights
         self._received: dict[tuple[str, int], tuple[torch.Tensor, ...]] = {}
         self._outbox: dict[tuple[str, int], tuple[torch.Tensor, ...]] = {}
@@ -56,7 +66,8 @@ class StageRank:
 
     def run(self, actions, start: int = 0) -> None:
         """Replay actions[start:] (start > 0 when resuming from a checkpoint)."""
-        self._pending_recvs = deque((kind, index) for kind, index in actions[start:] if kind in _RECV_FROM)
+        self._pending_recvs = deque((kind, index) for kind, index in actions[start:]
+                                    if kind in _RECV_FROM and self.lead)
         self._post_recvs()
         for kind, index in actions[start:]:
             self.rec.at(f"{kind}{index}")
@@ -78,6 +89,9 @@ class StageRank:
         t1 = time.perf_counter()
         self.rec.span(name, cat, t0, t1)
         self.rec.work.append((t1, name, work1 - work0))   # the work itself, without emulation (or preemption on CPU)
+        if self.tp is not None:
+            for a, b in self.tp.drain():
+                self.rec.span(f"tp {name}", "tp", a, b)
         return out
 
     def forward(self, mb: int) -> None:
@@ -86,8 +100,11 @@ class StageRank:
                   else self._received.pop(("F", mb)))
         labels = self.data.labels(self.vw, mb).to(self.placement.compute) if last else None
         expected = mb if self.asynchronous else mb - mb % self.nm
-        self.rec.staleness_local.append((self.vw, self.stage, mb, expected - self.applied))
+        if self.lead:                        # a stage's records, once per stage as the simulator's
+            self.rec.staleness_local.append((self.vw, self.stage, mb, expected - self.applied))
         outputs = self._compute(f"F{mb}", lambda: self.model.forward(mb, inputs, labels))
+        if not self.lead:
+            return
         if last:
             self.rec.losses.append((self.vw, mb, self.model.loss_of(mb)))
         else:
@@ -102,6 +119,8 @@ class StageRank:
                 self.model.accumulate(mb)
             return out
         grad_inputs = self._compute(f"B{mb}", run)
+        if not self.lead:
+            return
         if self.stage > 0:
             self._outbox[("B", mb)] = grad_inputs
         else:
@@ -109,6 +128,8 @@ class StageRank:
 
     # point to point ------------------------------------------------------------------------------
     def _send(self, kind: str, mb: int, dst: int) -> None:
+        if not self.lead:
+            return
         group = self.p2p_groups.get((self.rank, dst))
         for j, tensor in enumerate(self._outbox.pop((kind, mb))):
             self._sends.add(dist.isend(self.placement.to_wire(tensor.contiguous()), dst, tag=mb * 16 + j,
@@ -127,6 +148,9 @@ class StageRank:
             self._posted[(kind, mb)] = (src, tensors, works)
 
     def _recv(self, kind: str, mb: int) -> None:
+        if not self.lead:
+            self._recv_from_lead(kind, mb)
+            return
         t0 = time.perf_counter()
         src, tensors, works = self._posted.pop((kind, mb))
         # Refill before waiting (so RECV_LOOKAHEAD receives besides this one are posted meanwhile):
@@ -137,8 +161,24 @@ class StageRank:
         self.rec.waiting_on = [src]
         for work in works:
             work.wait()                      # NCCL: only makes this rank's stream wait for the message
+        if self.tp is not None:
+            self.rec.waiting_on = self.tp_ranks[1:]
+            for t in tensors:                # to the other members (_recv_from_lead)
+                dist.broadcast(t, src=self.rank, group=self.tp.group)
         self._received[(kind, mb)] = tuple(self.placement.from_wire(t) for t in tensors)
         self.placement.synchronize()         # so the message's arrival is waiting, not the next compute
+        self.rec.span(f"wait {kind}{mb}", "wait", t0, time.perf_counter())
+
+    def _recv_from_lead(self, kind: str, mb: int) -> None:
+        """A tensor-parallel member: what the lead received, by a broadcast in the group."""
+        t0 = time.perf_counter()
+        _, shapes = _RECV_FROM[f"RECV_{kind}"](self)
+        tensors = tuple(self.placement.empty(shape) for shape in shapes)
+        self.rec.waiting_on = self.tp_ranks[:1]
+        for t in tensors:
+            dist.broadcast(t, src=self.tp_ranks[0], group=self.tp.group)
+        self._received[(kind, mb)] = tuple(self.placement.from_wire(t) for t in tensors)
+        self.placement.synchronize()
         self.rec.span(f"wait {kind}{mb}", "wait", t0, time.perf_counter())
 
     # optimiser and synchronisation ----------------------------------------------------------------

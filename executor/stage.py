@@ -11,6 +11,7 @@ take one step (GPipe / PipeDream-Flush).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 from torch import nn
@@ -48,7 +49,7 @@ class InFlight:
 
 class StageModel:
     def __init__(self, graph: LayerGraph, lo: int, hi: int, *, is_last: bool, lr: float, momentum: float,
-                 device: torch.device | str = "cpu"):
+                 device: torch.device | str = "cpu", loss_fn: Callable = task_loss):
         for i in range(len(graph)):
             if not lo <= i < hi:
                 graph.layers[i] = nn.Identity()          # other stages' weights are not kept here
@@ -60,6 +61,7 @@ class StageModel:
         self.names = [n for n, _ in named]
         self.weights = [p.detach().clone() for _, p in named]
         self.is_last, self.lr, self.momentum = is_last, lr, momentum
+        self.loss_fn = loss_fn            # modelzoo.tasks' loss, or a tensor-parallel head's (modelzoo.tp)
         self.version = 0                  # bumped whenever the weights change (update, step, pull)
         self._buf: list[torch.Tensor | None] = [None] * len(self.weights)
         self._acc: list[torch.Tensor] | None = None       # flush schedules: gradients of the wave
@@ -88,7 +90,7 @@ class StageModel:
         inputs = tuple(t.requires_grad_(True) if t.is_floating_point() and not t.requires_grad else t
                        for t in inputs)
         outputs = functional_call(self.module, dict(zip(self.names, leaves)), inputs, strict=False)
-        loss = task_loss(outputs[0], labels) if self.is_last else None    # modelzoo.tasks: per sample or per token
+        loss = self.loss_fn(outputs[0], labels) if self.is_last else None    # per sample or per token
         self.inflight[mb] = InFlight(self.version, self.weights, leaves, inputs, outputs, loss)
         live = {r.version for r in self.inflight.values()} | {self.version}
         self.peak_versions = max(self.peak_versions, len(live))

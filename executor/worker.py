@@ -14,6 +14,7 @@ import torch.distributed as dist
 import modelzoo
 from modelzoo.allocator import steady_allocator
 from modelzoo.tasks import Task, task_of
+from modelzoo.tp import TPComm, split_stage, stage_loss, unsplittable
 from executor.checkpoint import last_common_wave, load_stage, save_stage
 from executor.data import SyntheticData
 from executor.emulation import Emulation
@@ -33,7 +34,7 @@ from hetsim.plan import ASYNC_SCHEDULES, Plan
 from hetsim.profile import ModelProfile
 from hetsim.schedule import Action, Schedule
 
-__all__ = ["Job", "run_rank", "job_layout", "layer_values"]
+__all__ = ["Job", "run_rank", "job_layout", "layer_values", "check_tp_layers"]
 
 
 def _saver(directory: str, rank: int, r: StageRank):
@@ -83,16 +84,41 @@ def _check_supported(job: Job) -> None:
         raise PlanError("executor: checkpoints need a flush schedule (gpipe, 1f1b-flush) with sync none or "
                         f"bsp (a consistent cut after each wave); plan {job.plan.name} uses "
                         f"{job.plan.schedule} with sync {job.plan.sync.mode}")
+    _check_tp(job.plan)
     device = job.options.device
     if device != "cpu" and gpu_count() == 0:
         raise PlanError(f"executor: device {device!r}: torch {torch.__version__} sees no CUDA device here; use cpu")
     if device.startswith("cuda:") and int(device[5:]) >= gpu_count():
         raise PlanError(f"executor: device {device!r}: this host has {gpu_count()} CUDA device(s)")
-    n_stages = sum(len(vw.stages) for vw in job.plan.virtual_workers)
+    n_stages = len(job.plan.gpus)                                  # a rank per tensor-parallel member
     one_gpu = device.startswith("cuda:") and n_stages > 1          # every rank on the GPU named
     if job.options.backend == "nccl" and (n_stages > gpu_count() or one_gpu):
         raise PlanError(f"executor: backend nccl needs a GPU per stage rank (NCCL refuses two ranks on one "
                         f"GPU); plan {job.plan.name} has {n_stages} stage ranks and this host {gpu_count()} GPU(s)")
+
+
+def _check_tp(plan: Plan) -> None:
+    """Tensor-parallel stages run under sync none or bsp, with one degree per stage index under bsp
+    (member k of each replica averages its shard with member k of the others)."""
+    tp = [[s.tp for s in vw.stages] for vw in plan.virtual_workers]
+    if plan.sync.mode in ("wsp", "sdpipe") and any(t > 1 for row in tp for t in row):
+        raise PlanError(f"executor: plan {plan.name}: sync {plan.sync.mode} with tensor-parallel stages is not "
+                        "supported yet (its parameter servers and group averages exchange whole stages); use sync "
+                        "bsp or none")
+    if plan.sync.mode == "bsp" and any(row != tp[0] for row in tp):
+        raise PlanError(f"executor: plan {plan.name}: sync bsp averages member k of a stage with member k of "
+                        f"every replica, so each stage index needs the same tensor-parallel degree in every "
+                        f"virtual worker; the degrees are {tp}")
+
+
+def check_tp_layers(job: Job, graph) -> None:
+    """Every tensor-parallel stage's layers can be split (modelzoo.tp.unsplittable)."""
+    for vw in job.plan.virtual_workers:
+        for s, spec in enumerate(vw.stages):
+            reason = spec.tp > 1 and unsplittable(graph, *spec.layers, spec.tp)
+            if reason:
+                raise PlanError(f"executor: plan {job.plan.name}: {vw.name} stage {s} on {list(spec.members)}: "
+                                f"{reason}; give the stage one GPU")
 
 
 def _model(job: Job):
@@ -136,10 +162,11 @@ def run_rank(rank: int, job: Job, record: RankRecord) -> RankRecord:
     record.waiting_on = [r.rank for r in layout.roles if r.rank != rank]
     dist.barrier()
     record.perf0, record.wall0 = time.perf_counter(), time.time()
+    tp_groups = _tp_groups(layout, nccl, job.options.timeout_s)
     groups = _bsp_groups(job, layout, nccl)
     p2p = _p2p_groups(job, layout) if nccl else {}
     if nccl:
-        _connect(rank, groups, p2p, layout, placement)
+        _connect(rank, [*tp_groups.values(), *groups.values()], p2p, placement)
     if role.kind == "ps":
         _serve(job, layout, graph, numel, shards, role.ps_index)
     elif role.kind == "scheduler":
@@ -147,7 +174,8 @@ def run_rank(rank: int, job: Job, record: RankRecord) -> RankRecord:
                        spec=job.plan.sync, waves=job.options.waves, stage_rank=layout.stage_rank,
                        record=record).serve()
     else:
-        _stage(job, layout, role, graph, task, values, numel, shards, record, groups, resume, placement, p2p)
+        _stage(job, layout, role, graph, task, values, numel, shards, record, groups, resume, placement, p2p,
+               tp_groups.get((role.vw, role.stage), (None, []))[0])
     record.finish(placement.peak_memory_bytes() if placement.cuda else None)
     return record
 
@@ -163,15 +191,30 @@ def _resume_wave(job: Job, layout: RankLayout) -> int | None:
     return wave
 
 
-def _bsp_groups(job: Job, layout: RankLayout, nccl: bool) -> dict[int, object]:
-    """One process group per stage index across VWs (every rank must create them, in order)."""
+def _bsp_groups(job: Job, layout: RankLayout, nccl: bool) -> dict[tuple[int, int], tuple[object, list[int]]]:
+    """(process group, its ranks) per stage index and tensor-parallel member index across VWs, keyed
+    (stage, member): member k of every replica reduces its shard in its own ring, as
+    hetsim.sim.collectives.parallel_rings. Every rank must create them, in order."""
     if job.plan.sync.mode != "bsp":
         return {}
-    n_stages = len(job.plan.virtual_workers[0].stages)
     timeout = timedelta(seconds=job.options.timeout_s) if nccl else None
-    return {s: dist.new_group([layout.stage_rank(v, s) for v in range(len(job.plan.virtual_workers))],
-                              backend="nccl" if nccl else None, timeout=timeout)
-            for s in range(n_stages)}
+    out = {}
+    for s, spec in enumerate(job.plan.virtual_workers[0].stages):
+        for k in range(spec.tp):
+            ranks = [layout.member_ranks(v, s)[k] for v in range(len(job.plan.virtual_workers))]
+            out[(s, k)] = (dist.new_group(ranks, backend="nccl" if nccl else None, timeout=timeout), ranks)
+    return out
+
+
+def _tp_groups(layout: RankLayout, nccl: bool, timeout_s: float) -> dict[tuple[int, int], tuple[object, list[int]]]:
+    """(process group, its ranks) of every tensor-parallel stage, keyed (vw, stage). Every rank must
+    create them, in order."""
+    out = {}
+    for lead in [r for r in layout.stage_ranks if r.tp > 1 and r.tp_rank == 0]:
+        ranks = layout.member_ranks(lead.vw, lead.stage)
+        out[(lead.vw, lead.stage)] = (dist.new_group(ranks, backend="nccl" if nccl else None,
+                                                     timeout=timedelta(seconds=timeout_s)), ranks)
+    return out
 
 
 def _p2p_groups(job: Job, layout: RankLayout) -> dict[tuple[int, int], object]:
@@ -188,15 +231,15 @@ def _p2p_groups(job: Job, layout: RankLayout) -> dict[tuple[int, int], object]:
     return groups
 
 
-def _connect(rank: int, bsp: dict, p2p: dict, layout: RankLayout, placement: Placement) -> None:
+def _connect(rank: int, collectives: list[tuple[object, list[int]]], p2p: dict, placement: Placement) -> None:
     """Set up every NCCL communicator now, in creation order. NCCL sets one up at its first operation
     and blocks until both ends arrive; left to the schedule, stage 0 would first post a receive on
     the gradient link and stage 1 one on the activation link, each waiting for the other forever."""
     if not placement.cuda:
         return                                   # parameter servers, the scheduler: in no NCCL group
     one = torch.zeros(1, device=placement.compute)
-    for s, group in bsp.items():
-        if rank in {r.rank for r in layout.stage_ranks if r.stage == s}:
+    for group, ranks in collectives:
+        if rank in ranks:
             dist.all_reduce(one, group=group)
     for (src, dst), group in p2p.items():
         if rank == src:
@@ -231,7 +274,7 @@ def _group_sync_client(plan: Plan, layout: RankLayout, role, n_stages: int, reco
 
 
 def _stage(job: Job, layout, role, graph, task: Task, values, numel, shards, record, groups, resume,
-           placement: Placement, p2p: dict) -> None:
+           placement: Placement, p2p: dict, tp_group) -> None:
     plan, opts = job.plan, job.options
     vw, s = role.vw, role.stage
     n_stages = len(plan.virtual_workers[vw].stages)
@@ -240,8 +283,12 @@ def _stage(job: Job, layout, role, graph, task: Task, values, numel, shards, rec
     shapes = lambda cut: [(batch, *values[k].shape[1:]) for k in graph.crossing(cut)]
     data = SyntheticData(task=task, mode=opts.data, seed=opts.seed, batch=batch)
     record.tokens_per_sample = task.tokens_per_sample
+    tp = None
+    if role.tp > 1:                          # this member's share of the layers (modelzoo.tp)
+        tp = TPComm(role.tp_rank, role.tp, tp_group, placement.wire)
+        split_stage(graph, lo, hi, tp)
     model = StageModel(graph, lo, hi, is_last=s == n_stages - 1, lr=opts.lr, momentum=opts.momentum,
-                       device=placement.compute)
+                       device=placement.compute, loss_fn=stage_loss(graph, hi))
     wsp = None
     model.track_deltas = plan.sync.mode == "wsp"
     model.flat_grads = plan.sync.mode == "bsp"
@@ -256,10 +303,10 @@ def _stage(job: Job, layout, role, graph, task: Task, values, numel, shards, rec
         prev_rank=layout.stage_rank(vw, s - 1) if s > 0 else None,
         next_rank=layout.stage_rank(vw, s + 1) if s + 1 < n_stages else None,
         emulation=Emulation(opts.slowdown.get(role.gpu, 1.0), placement), record=record, wsp=wsp,
-        group=groups.get(s), n_vw=len(plan.virtual_workers),
-        group_ranks=[layout.stage_rank(v, s) for v in range(len(plan.virtual_workers))],
+        group=groups.get((s, role.tp_rank), (None, []))[0], n_vw=len(plan.virtual_workers),
+        group_ranks=[layout.member_ranks(v, s)[role.tp_rank] for v in range(len(plan.virtual_workers))],
         fault=opts.fault_spec, rank=role.rank, sdpipe=_group_sync_client(plan, layout, role, n_stages, record),
-        placement=placement, p2p_groups=p2p)
+        placement=placement, p2p_groups=p2p, tp=tp, tp_ranks=layout.member_ranks(vw, s))
     if opts.checkpoint_dir:
         runner.checkpoint = _saver(opts.checkpoint_dir, role.rank, runner)
     actions = job.schedules()[vw].stages[s]

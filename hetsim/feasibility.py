@@ -119,6 +119,9 @@ def _check_sync(plan: Plan) -> None:
         if plan.sync.offset_for(schedule) + plan.sync.staleness_bound < 1 and plan.nm > 1:
             raise PlanError(f"plan: sync.pull_offset 0 with staleness_bound 0 deadlocks the {schedule} "
                             "schedule (a wave starts before the previous one ends); use pull_offset >= 1")
+    if mode in ("wsp", "sdpipe") and any(s.tp > 1 for vw in plan.virtual_workers for s in vw.stages):
+        raise PlanError(f"plan: sync {mode} with tensor-parallel stages is not modelled (its pushes and group "
+                        "averages move whole stages from one GPU, not each member's shard); use sync bsp or none")
     if mode == "none" and len(plan.virtual_workers) > 1:
         raise PlanError("plan: sync mode 'none' with several virtual workers would train independent "
                         "replicas; choose wsp, bsp or sdpipe")

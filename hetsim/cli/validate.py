@@ -2,7 +2,8 @@
 the executor, and print predicted vs measured throughput, per-stage times and staleness.
 
 This host is described as one node whose devices are ranks sharing its cores (`shared_cores`); the
-plan's GPUs are mapped onto those rank slots in plan order. torch loads only when this command runs.
+plan's GPUs are mapped onto those rank slots in plan order (a tensor-parallel stage's members too: the
+node holds every group). torch loads only when this command runs.
 With `--device cuda` the ranks compute on this host's GPUs (executor.placement): a GPU per stage rank
 when there are enough, else all on GPU 0, whose measured concurrency (executor.colocation.
 gpu_concurrency) is then the node's `shared_cores`; the profile is timed on the GPU.
@@ -23,7 +24,8 @@ from hetsim.plan import Plan, StageSpec, VirtualWorker
 from hetsim.profile import ModelProfile
 
 __all__ = ["add_arguments", "run", "host_cluster", "onto_host", "with_optimizer_costs", "validate_plan",
-           "available_cores", "cpu_time_profile", "load_changed", "default_warmup", "bracketed"]
+           "available_cores", "cpu_time_profile", "load_changed", "default_warmup", "bracketed",
+           "with_tp_allreduce_bytes"]
 
 # A measured window after the ranks' memory has settled: with 2 warm-up waves of 14, the first touches of
 # the heap's pages still cost up to 15% more CPU per minibatch than the profile's steady state.
@@ -102,8 +104,9 @@ def host_cluster(n_ranks: int, cores: float | None, link_Bps: float, latency_s: 
 def onto_host(plan: Plan) -> tuple[Plan, dict[str, str]]:
     """The plan with its GPUs renamed host/gpu0.. in plan order, and the renaming."""
     names = {g: f"host/gpu{i}" for i, g in enumerate(dict.fromkeys(plan.gpus))}
-    vws = tuple(VirtualWorker(name=vw.name, stages=tuple(StageSpec(gpu=names[s.gpu], layers=s.layers)
-                                                         for s in vw.stages)) for vw in plan.virtual_workers)
+    vws = tuple(VirtualWorker(name=vw.name, stages=tuple(
+        StageSpec(gpu=names[s.gpu], tp_gpus=tuple(names[g] for g in s.tp_gpus), layers=s.layers)
+        for s in vw.stages)) for vw in plan.virtual_workers)
     return replace(plan, virtual_workers=vws), names
 
 
@@ -113,6 +116,18 @@ def with_optimizer_costs(profile: ModelProfile, per_layer_s: list[float], device
     layers = tuple(replace(l, bwd_s={**l.bwd_s, device_type: l.bwd_s[device_type] + extra})
                    for l, extra in zip(profile.layers, per_layer_s))
     return replace(profile, layers=layers, source=profile.source + " + measured optimiser work in bwd_s")
+
+
+def with_tp_allreduce_bytes(profile: ModelProfile, model: str, model_kwargs: dict) -> ModelProfile:
+    """The profile with each layer's tensor-parallel all-reduce bytes per pass (modelzoo.saved, counted
+    on the meta device at the profile's batch), which a measured profile lacks: the simulator runs a TP
+    stage's compute divided by its degree, then these all-reduces on the node's links."""
+    import modelzoo
+    from modelzoo.saved import count_saved
+    net, example = modelzoo.build(model, batch=profile.batch_size, device="meta", **model_kwargs)
+    counts = count_saved(modelzoo.layer_graph(net), example)
+    layers = tuple(replace(l, tp_allreduce_bytes=c.tp_allreduce_bytes) for l, c in zip(profile.layers, counts))
+    return replace(profile, layers=layers, source=profile.source + " + TP all-reduce bytes counted by modelzoo.saved")
 
 
 def cuda_type(device: str = "cuda") -> GpuType:
@@ -171,9 +186,12 @@ def validate_plan(plan: Plan, *, model: str | None = None, model_kwargs: dict | 
     cluster = _host_now(plan, model, model_kwargs, slowdown, cores, link_Bps, latency_s, colocated_work, device)
     key = cluster.gpus[0].type.name
     given = profile
+    tensor_parallel = any(s.tp > 1 for vw in plan.virtual_workers for s in vw.stages)
 
     def host_profile() -> ModelProfile:
         measured = given or _profile(model, plan.minibatch_size, profile_repeats, model_kwargs or {}, device)
+        if tensor_parallel:
+            measured = with_tp_allreduce_bytes(measured, model, model_kwargs or {})
         return with_optimizer_costs(measured, optimizer_seconds(
             model, schedule=plan.schedule, nm=plan.nm, wsp=plan.sync.mode == "wsp", bsp=plan.sync.mode == "bsp",
             model_kwargs=model_kwargs, device=device), key)
@@ -184,9 +202,9 @@ def validate_plan(plan: Plan, *, model: str | None = None, model_kwargs: dict | 
     predicted_with = bracketed(before, host_profile(), plan, cluster, waves)
     prediction = hetsim.simulate(cluster, predicted_with, plan, waves=waves, warmup_waves=warmup_waves,
                                  seed=seed, slowdown=slowdown)
-    measurement.training["predicted_work_s_per_minibatch"] = {
-        s.gpu: sum(predicted_with.stage_times(key, *s.layers)) * cluster.nodes[0].colocated_work
-        for vw in plan.virtual_workers for s in vw.stages}
+    measurement.training["predicted_work_s_per_minibatch"] = {   # a TP member's: the stage's over t
+        g: sum(predicted_with.stage_times(key, *s.layers)) / s.tp * cluster.nodes[0].colocated_work
+        for vw in plan.virtual_workers for s in vw.stages for g in s.members}
     # Load that came or went during the run is not in the prediction: measure again to tell.
     if device == "cpu":
         measurement.training["cores_available"] = {"before": cluster.nodes[0].shared_cores,
@@ -205,21 +223,24 @@ def _host_now(plan: Plan, model: str, model_kwargs, slowdown, cores, link_Bps, l
     from executor.placement import gpu_count, uses_nccl
 
     stages = [s for vw in plan.virtual_workers for s in vw.stages]
-    nccl = uses_nccl(device, "auto", len(stages))
+    # One probe per rank: a tensor-parallel stage's members each run their share of its layers.
+    ranks = [(s, k) for s in stages for k in range(s.tp)]
+    probes = {"tp": [(k, s.tp) for s, k in ranks]}
+    nccl = uses_nccl(device, "auto", len(ranks))
     if link_Bps is None or latency_s is None:
         measured_latency, measured_Bps = link_speed(device=device, nccl=nccl and gpu_count() > 1)
         link_Bps, latency_s = link_Bps or measured_Bps, latency_s if latency_s is not None else measured_latency
     if device != "cpu":
         from executor.colocation import gpu_concurrency
-        if cores is None and len(stages) > gpu_count():
-            cores = round(gpu_concurrency(model, [s.layers for s in stages], batch=plan.minibatch_size,
-                                          model_kwargs=model_kwargs, device=device), 2)
+        if cores is None and len(ranks) > gpu_count():
+            cores = round(gpu_concurrency(model, [s.layers for s, _ in ranks], batch=plan.minibatch_size,
+                                          model_kwargs=model_kwargs, device=device, **probes), 2)
         return host_cluster(len(dict.fromkeys(plan.gpus)), cores, link_Bps, latency_s, colocated_work or 1.0, cuda_type(device))
     if colocated_work is None:
         from executor.colocation import colocation_factor
-        colocated_work = colocation_factor(model, [s.layers for s in stages], batch=plan.minibatch_size,
+        colocated_work = colocation_factor(model, [s.layers for s, _ in ranks], batch=plan.minibatch_size,
                                            model_kwargs=model_kwargs,
-                                           slowdowns=[slowdown.get(s.gpu, 1.0) for s in stages])
+                                           slowdowns=[slowdown.get(s.members[k], 1.0) for s, k in ranks], **probes)
     return host_cluster(len(dict.fromkeys(plan.gpus)), cores or available_cores(), link_Bps, latency_s, round(colocated_work, 3))
 
 
@@ -264,7 +285,7 @@ def work_rows(measurement) -> list:
     CPU time of forward, backward and optimiser, without emulation): independent of host load."""
     from hetsim.compare import Comparison
     cpu = measurement.training["compute_work_s_per_minibatch"]
-    return [Comparison(metric=f"{g.id} [{g.vw} s{g.stage}] CPU work ms/minibatch",
+    return [Comparison(metric=f"{g.id} [{g.vw} s{g.stage}{f' tp{g.tp}' if g.tp > 1 else ''}] CPU work ms/minibatch",
                        predicted=1e3 * measurement.training["predicted_work_s_per_minibatch"][g.id],
                        measured=1e3 * cpu[g.id]) for g in measurement.gpus]
 
