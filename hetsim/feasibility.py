@@ -42,7 +42,8 @@ def vw_schedule(plan: Plan, vw: VirtualWorker, cluster: Cluster, profile: ModelP
         topology = Topology(cluster)
         costs = []
         for s, stage in enumerate(vw.stages):
-            fwd, bwd = profile.stage_times(cluster.gpu(stage.gpu).type.name, *stage.layers)
+            times = profile.stage_times_tp(cluster.gpu(stage.gpu).type.name, *stage.layers, stage.tp)
+            fwd, bwd = times.fwd_s, times.bwd_s
             comm = 0.0
             if s + 1 < len(vw.stages):
                 nxt = vw.stages[s + 1].gpu

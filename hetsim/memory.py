@@ -12,7 +12,9 @@ Bytes per parameter by precision and optimizer (profiles count parameters in FP3
 Activations: a profile layer's `saved_bytes` (what autograd keeps, counted at FP32) when known, less what
 the layer before it in the stage keeps too (`saved_shared_bytes`), else its output bytes plus the
 stage's input (the older upper bound). Under tensor parallelism of degree t a member
-keeps the layer's `saved_replicated_bytes` whole and 1/t of the rest. 16-bit precisions halve them.
+keeps the layer's `saved_replicated_bytes` whole and 1/t of the rest. 16-bit precisions halve them,
+1-byte dropout masks included (an approximation: for a block with dropout masks ~9 % below
+Korthikanti et al.'s 16-bit count).
 With activation recomputation a stage keeps only each layer's input per minibatch in flight, plus one
 layer's full saved set while that layer's backward recomputes it.
 """
@@ -115,9 +117,10 @@ def _saved_per_minibatch(profile: ModelProfile, lo: int, hi: int, tp: int, recom
         return float(sum(profile.cut_bytes(i) if i == lo else profile.layers[i - 1].output_bytes
                          for i in range(lo, hi)))
     if all(l.saved_bytes is not None for l in layers):
-        # A tensor two consecutive layers of the stage both save is kept once.
-        shared = sum(min(l.saved_shared_bytes, l.saved_bytes) for l in layers[1:])
-        return float(sum(_layer_saved(l, tp) for l in layers) - shared)
+        # A tensor two consecutive layers of the stage both save is kept once (split like the rest
+        # under TP: the counted sharing is of activations, which TP splits).
+        shared = sum(min(l.saved_shared_bytes, l.saved_bytes) for l in layers[1:]) / tp
+        return max(0.0, float(sum(_layer_saved(l, tp) for l in layers) - shared))
     return float(profile.stage_output_bytes_sum(lo, hi) + profile.cut_bytes(lo))
 
 

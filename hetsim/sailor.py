@@ -84,6 +84,25 @@ def _field(doc: dict, key: str, where: str) -> Any:
 
 def read_plan(path: str | Path) -> SailorRun:
     path = Path(path)
+    try:
+        run = _read_plan(path)
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        raise SpecError(f"{path.name}: not a Sailor plan as hetsim reads it ({type(exc).__name__}: {exc}); "
+                        "see hetsim.sailor for the format") from None
+    for name, value in (("mbs", run.mbs), ("gbs", run.gbs)):
+        if value < 1:
+            raise SpecError(f"{path.name}: {name}: must be a positive integer, got {value}")
+    for g in run.groups:
+        if g.tp < 1 or g.gpus_per_node < 1:
+            raise SpecError(f"{path.name}: pipeline_list[0].tmp_per_stage[{g.stage}][{g.replica}]: tensor-parallel "
+                            f"degree and GPUs per node must be positive, got {g.tp} and {g.gpus_per_node}")
+    empty = [s for s in range(run.stages) if not run.layers[s] or not run.replicas(s)]
+    if not run.layers or empty:
+        raise SpecError(f"{path.name}: pipeline_list[0]: stage(s) {empty or '(none)'} have no layers or no replicas")
+    return run
+
+
+def _read_plan(path: Path) -> SailorRun:
     doc, where = _load(path), path.name
     pipelines = _field(doc, "pipeline_list", where)
     if not isinstance(pipelines, list) or len(pipelines) != 1:
@@ -112,6 +131,20 @@ def read_plan(path: str | Path) -> SailorRun:
 def read_shape(training_config: str | Path) -> tuple[str, TransformerShape, str]:
     """(Sailor's model name, the shape, hetsim's optimizer name) from a training_config_*.json."""
     path = Path(training_config)
+    try:
+        model, shape, optimizer = _read_shape(path)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SpecError(f"{path.name}: not a Sailor training config as hetsim reads it "
+                        f"({type(exc).__name__}: {exc})") from None
+    for name in ("n_layer", "hidden", "heads", "seq_len", "vocab"):
+        if getattr(shape, name) < 1:
+            raise SpecError(f"{path.name}: {name}: must be a positive integer, got {getattr(shape, name)}")
+    if shape.hidden % shape.heads:
+        raise SpecError(f"{path.name}: hidden_size {shape.hidden} is not a multiple of heads {shape.heads}")
+    return model, shape, optimizer
+
+
+def _read_shape(path: Path) -> tuple[str, TransformerShape, str]:
     doc, where = _load(path), path.name
     n_layer = int(_field(doc, "num_layers", where))
     tail = int(doc.get("num_all_layers", n_layer + 2)) - n_layer - 1
@@ -170,7 +203,11 @@ def _plateau(table: dict, *keys: str) -> float | None:
         if not isinstance(table, dict) or key not in table:
             return None
         table = table[key]
-    return float(table[1])
+    try:
+        return float(table[1])
+    except (TypeError, ValueError, IndexError, KeyError):
+        raise SpecError(f"network file: {'/'.join(keys)}: expected [[polynomial], plateau bytes/s], "
+                        f"got {table!r}") from None
 
 
 def to_cluster(run: SailorRun, data: Path, zone: str = "us-central1-a") -> dict:
@@ -181,6 +218,7 @@ def to_cluster(run: SailorRun, data: Path, zone: str = "us-central1-a") -> dict:
     inter = _load(data / "network" / "multizone_bandwidths_het.json").get(zone, {})
     docs = []
     for i, (gtype, count) in enumerate(nodes):
+        _hetsim_type(gtype)                   # an unknown type is named before any bandwidth lookup
         fabric = _plateau(intra, gtype, str(count))
         if fabric is None:                     # one GPU per node: nothing to measure inside
             fabric = max((v[1] for v in intra.get(gtype, {}).values()), default=16e9)
@@ -245,7 +283,7 @@ def to_profile(run: SailorRun, model: str, shape: TransformerShape, data: Path |
 def _measured_rows(measured: dict, model: str, gtype: str, mbs: int, tp: int, n: int) -> list[list[float]]:
     try:
         table = measured[model][gtype][str(mbs)][str(tp)]
-    except KeyError:
+    except (KeyError, TypeError):
         have = sorted(measured.get(model, {}).get(gtype, {}), key=int)
         raise SpecError(f"profiles_tmp.json: no times for {model} on {gtype} at micro-batch {mbs}, "
                         f"tensor-parallel {tp} (micro-batches measured on {gtype}: {', '.join(have) or 'none'}); "
@@ -253,7 +291,14 @@ def _measured_rows(measured: dict, model: str, gtype: str, mbs: int, tp: int, n:
     if len(table) != n:
         raise SpecError(f"profiles_tmp.json: {model}/{gtype}/{mbs}/{tp} has {len(table)} layers, the "
                         f"training config gives {n}")
-    return [[float(x) for x in table[str(i)]] for i in range(n)]
+    try:
+        rows = [[float(x) for x in table[str(i)]] for i in range(n)]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SpecError(f"profiles_tmp.json: {model}/{gtype}/{mbs}/{tp}: expected layers 0..{n - 1} of "
+                        f"[fwd_s, bwd_s, update_s] ({type(exc).__name__}: {exc})") from None
+    if any(len(r) != 3 for r in rows):
+        raise SpecError(f"profiles_tmp.json: {model}/{gtype}/{mbs}/{tp}: each layer needs [fwd_s, bwd_s, update_s]")
+    return rows
 
 
 def to_plan(run: SailorRun, model: str, optimizer: str) -> Plan:
@@ -303,5 +348,6 @@ def import_run(plan_path: str | Path, data: str | Path, training_config: str | P
     if max(run.layers[-1]) + 1 != shape.n_layers:
         raise SpecError(f"{run.name}: the stages cover {max(run.layers[-1]) + 1} layers, the training config "
                         f"{shape.n_layers}")
+    cluster = to_cluster(run, data)           # names an unknown GPU type before looking for its times
     profile = to_profile(run, model, shape, data if measured_times else None)
-    return Imported(to_cluster(run, data), profile, to_plan(run, model, optimizer), run, shape)
+    return Imported(cluster, profile, to_plan(run, model, optimizer), run, shape)

@@ -75,10 +75,14 @@ def test_predictions_on_sailors_runs_stay_within_the_published_errors(tmp_path):
                    check=True, capture_output=True)
     import pandas as pd
     rows = pd.read_csv(out)
+    assert rows["error"].isna().all(), rows["error"].dropna().tolist()
     for name, limit in (("gh200-opt350", 9.0), ("mit-opt350", 9.0)):
         errors = rows[rows["set"] == name]["time_err_pct"].abs()
         assert len(errors) == {"gh200-opt350": 15, "mit-opt350": 9}[name]
         assert errors.mean() <= limit, (name, errors.mean())
+    gh = rows[rows["set"] == "gh200-opt350"]
+    assert gh["mem_err_pct"].abs().mean() <= 6.0
+    assert gh["predicted_iter_s"].rank().corr(gh["measured_iter_s"].rank()) >= 0.95
 
 
 def test_the_planners_closed_form_agrees_with_the_simulator_on_tensor_parallel_plans(tmp_path):
@@ -108,3 +112,20 @@ def test_derived_import_uses_no_measured_time_and_leaves_tp_all_reduces_to_the_s
     measured = json.loads((out / "measured.json").read_text())["iteration_s"]
     report = hetsim.simulate(out / "cluster.yaml", profile, out / "plan.json", waves=3, warmup_waves=1, trace=False)
     assert report.throughput["iteration_s"] == pytest.approx(measured, rel=0.2)
+
+
+@pytest.mark.parametrize("mutate,field", [
+    (lambda d: d.update(mbs="x"), "not a Sailor plan"),
+    (lambda d: d.update(mbs=0), "mbs: must be a positive integer"),
+    (lambda d: d["pipeline_list"][0].update(tmp_per_stage=None), "not a Sailor plan"),
+    (lambda d: d["pipeline_list"][0]["layers_per_stage"].__setitem__(0, []), "no layers or no replicas"),
+    (lambda d: d["pipeline_list"][0]["tmp_per_stage"][0][0].__setitem__(1, 0), r"tmp_per_stage\[0\]\[0\]"),
+    (lambda d: d["pipeline_list"][0]["tmp_per_stage"][0][0][0][0].__setitem__(0, "TPU-v5"), "no hetsim GPU file"),
+])
+def test_malformed_sailor_plans_get_one_line_errors(tmp_path, mutate, field):
+    doc = json.loads((GH / "plan_config_N4_D2.json").read_text())
+    mutate(doc)
+    bad = tmp_path / "plan_config_bad.json"
+    bad.write_text(json.dumps(doc))
+    with pytest.raises(SpecError, match=field):
+        import_run(bad, DATA, OPT)

@@ -145,7 +145,8 @@ def _stage_matrix(profile, gpus, s, topology, cache, rows, n_ends) -> np.ndarray
 
 
 def _limit(profile, gpu: GpuSlot, flight: int, schedule: str, copies: int, cache) -> np.ndarray:
-    key = ("limit", gpu.type.memory_bytes, flight, schedule in ASYNC_SCHEDULES, copies)
+    key = ("limit", gpu.type.memory_bytes, gpu.type.framework_reserve_bytes, flight,
+           schedule in ASYNC_SCHEDULES, copies)
     if key not in cache:
         cache[key] = _max_end(profile, gpu, flight, schedule, copies)
     return cache[key]
@@ -155,8 +156,8 @@ def _max_end(profile, gpu: GpuSlot, flight: int, schedule: str, copies: int) -> 
     """For each start layer, the last end layer whose stage still fits the GPU (start if none)."""
     n = profile.n_layers
     fits = lambda lo, hi: stage_memory(profile, lo, hi, in_flight=flight,
-                                       asynchronous=schedule in ASYNC_SCHEDULES,
-                                       optimizer_state_copies=copies).total_bytes <= gpu.type.memory_bytes
+                                       asynchronous=schedule in ASYNC_SCHEDULES, optimizer_state_copies=copies,
+                                       reserve_bytes=gpu.type.framework_reserve_bytes).total_bytes <= gpu.type.memory_bytes
     out = np.zeros(n + 1, dtype=np.int64)
     for lo in range(n + 1):
         a, b = lo, n                     # fits(lo, a) holds (an empty stage), find the last hi
@@ -179,8 +180,8 @@ def _describe(profile, gpus, bounds, topology, nm, schedule, copies, cache) -> V
     stage = tuple(compute[s] + (transfer[s - 1] if s else 0.0) + (transfer[s] if s + 1 < k else 0.0)
                   for s in range(k))
     memory = tuple(stage_memory(profile, bounds[s], bounds[s + 1], in_flight=in_flight(schedule, k, s, nm),
-                                asynchronous=schedule in ASYNC_SCHEDULES,
-                                optimizer_state_copies=copies).total_bytes for s in range(k))
+                                asynchronous=schedule in ASYNC_SCHEDULES, optimizer_state_copies=copies,
+                                reserve_bytes=gpus[s].type.framework_reserve_bytes).total_bytes for s in range(k))
     return VwPartition(gpus=tuple(g.id for g in gpus), boundaries=bounds, compute_s=compute,
                        transfer_s=transfer, transfer_bytes=nbytes, stage_s=stage, memory_bytes=memory,
                        param_bytes=tuple(profile.stage_param_bytes(bounds[s], bounds[s + 1])

@@ -40,14 +40,14 @@ def predict(plan_path: Path, args: argparse.Namespace, workdir: Path) -> dict:
     report = hetsim.simulate(files["cluster"], hetsim.load_profile(files["profile"]), files["plan"],
                              waves=args.waves, warmup_waves=1, trace=False)
     measured = pd.read_json(files["measured"], typ="series")
-    fullest = max(report.gpus, key=lambda g: g.memory_bytes)
+    reserve = lambda g: (g.memory_breakdown.get("reserve_bytes", 0) if args.reserve_gib is None
+                         else int(args.reserve_gib * GIB))    # the leave-one-set-out check: another set's
+    memory = lambda g: g.memory_bytes - g.memory_breakdown.get("reserve_bytes", 0) + reserve(g)
+    fullest = max(report.gpus, key=memory)
     row = {"plan": plan_path.stem, "measured_iter_s": measured["iteration_s"],
            "predicted_iter_s": report.throughput["iteration_s"],
-           "measured_mem_bytes": measured["max_memory_bytes"], "predicted_mem_bytes": fullest.memory_bytes,
-           "fullest_gpu_type": fullest.type, "reserve_bytes": fullest.memory_breakdown.get("reserve_bytes", 0)}
-    if args.reserve_gib is not None:            # the leave-one-set-out check: another set's reserve
-        row["predicted_mem_bytes"] += int(args.reserve_gib * GIB) - row["reserve_bytes"]
-        row["reserve_bytes"] = int(args.reserve_gib * GIB)
+           "measured_mem_bytes": measured["max_memory_bytes"], "predicted_mem_bytes": memory(fullest),
+           "fullest_gpu_type": fullest.type, "reserve_bytes": reserve(fullest)}
     row["time_err_pct"] = _err(row["predicted_iter_s"], row["measured_iter_s"])
     row["mem_err_pct"] = _err(row["predicted_mem_bytes"], row["measured_mem_bytes"])
     return row
