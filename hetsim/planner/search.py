@@ -221,8 +221,10 @@ def _horovod(cluster, profile, topology, space) -> Candidate:
             reasons.append(str(exc))
     if not parts:
         return Candidate(policy="horovod", nm=1, staleness=0, reason=reasons[0])
-    ring_Bps = cluster.network.bandwidth_Bps if len({cluster.gpu(p.gpus[0]).node for p in parts}) > 1 \
-        else min(n.intra_link.bandwidth_Bps for n in cluster.nodes)
+    ring = [p.gpus[0] for p in parts]
+    # The ring's slowest hop (node interfaces, per-GPU rails and slower node-to-node paths included).
+    ring_Bps = min((topology.bottleneck_Bps(a, b) for a, b in zip(ring, ring[1:] + ring[:1]) if a != b),
+                   default=float("inf"))
     estimate = bsp_estimate(parts, 1, profile.param_bytes, ring_Bps)
     sync = SyncSpec(mode="bsp") if len(parts) > 1 else SyncSpec(mode="none")
     return _checked(cluster, profile, "horovod", parts, 1, 0, sync, "1f1b-flush", estimate)
