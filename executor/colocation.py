@@ -7,13 +7,17 @@ here: four stages of an 8-layer MLP 1024 wide, 4 processes on 2 cores, 7.5-12% m
 processes, within 2%). Time-slicing cannot hide that cost: it is work, not waiting.
 
 `colocation_factor` measures it for one plan's stages: one process per stage rank, each looping
-its stage's forward, update and backward (the executor's own StageModel, one minibatch in flight, as
-1F1B keeps it; a rank with an emulated slowdown spins after each step as the executor's does, and a
-spinning rank evicts little), first each alone in turn and then all at once, twice over; the factor
-is the CPU seconds of the loops together over the same loops alone. A member of a tensor-parallel
-stage loops its share of the layers (modelzoo.tp) without its all-reduces: its work, not its waits.
-The host's speed drifts by a few percent over seconds, so the two rounds' phases interleave and the
-factor is their mean. hetsim's
+its stage's forward, backward and the optimiser work its schedule does (the executor's own
+StageModel: under 1F1B and HetPipe an update per minibatch, into fresh tensors while the next
+minibatch is in flight; under a flush schedule, BSP included, a gradient accumulation per minibatch
+and one step per wave of Nm, `probe_actions`. An update touches every weight and suffers more from
+sharing the caches than a forward does, so timing one per minibatch under a flush schedule charged
+a BSP plan with a slowed rank about 10% more compute than it did); a rank with an emulated
+slowdown spins after each step as the executor's does, and a spinning rank evicts little), first
+each alone in turn and then all at once, twice over; the factor is the CPU seconds of the loops
+together over the same loops alone. A member of a tensor-parallel stage loops its share of the
+layers (modelzoo.tp) without its all-reduces: its work, not its waits. The host's speed drifts by a
+few percent over seconds, so the two rounds' phases interleave and the factor is their mean. hetsim's
 simulator multiplies compute on a node's shared cores by it (`Node.colocated_work`). It is measured
 like the profile, before the run it predicts, and never from the run itself.
 
@@ -34,40 +38,53 @@ import time
 import torch
 
 from executor.children import next_result
+from hetsim.plan import ASYNC_SCHEDULES
 
-__all__ = ["colocation_factor", "gpu_concurrency"]
+__all__ = ["colocation_factor", "gpu_concurrency", "probe_actions"]
+
+
+def probe_actions(schedule: str, nm: int) -> tuple[str, ...]:
+    """The actions of one probe step of a stage rank under `schedule` with `nm` minibatches a wave:
+    as the executor's runner does them, one minibatch in flight besides the one computed."""
+    if schedule in ASYNC_SCHEDULES:
+        # With Nm > 1 the next forward runs before the previous update (its weights are stashed).
+        return ("forward", "update previous", "backward") if nm > 1 else ("forward", "backward", "update")
+    return ("forward", "backward", "accumulate") * nm + ("step",)
 
 
 def colocation_factor(model: str, stages: list[tuple[int, int]], *, batch: int, model_kwargs: dict | None = None,
                       slowdowns: list[float] | None = None, seconds: float = 0.6, rounds: int = 2,
-                      tp: list[tuple[int, int]] | None = None) -> float:
+                      tp: list[tuple[int, int]] | None = None, schedule: str = "1f1b", nm: int = 2,
+                      sync: str = "none") -> float:
     """CPU work of `stages` ([lo, hi) layer ranges, one process each, with their emulated
     `slowdowns`; `tp` gives each its (member index, tensor-parallel degree), default (0, 1)) run
-    together over run alone. Takes about rounds x (len(stages) + 2) x `seconds` plus process
-    start-up; 1.0 for one stage."""
+    together over run alone, each doing the optimiser work of `schedule`, `nm` and `sync` mode.
+    Takes about rounds x (len(stages) + 2) x `seconds` plus process start-up; 1.0 for one stage."""
     if len(stages) < 2:
         return 1.0
     results = _probes(model, stages, batch, model_kwargs, slowdowns or [1.0] * len(stages), seconds, rounds, "cpu",
-                      wall=False, tp=tp)
+                      wall=False, tp=tp, updates=(schedule, nm, sync))
     ratios = [sum(r[k][1] for r in results) / sum(r[k][0] for r in results) for k in range(rounds)]
     return statistics.fmean(ratios)
 
 
 def gpu_concurrency(model: str, stages: list[tuple[int, int]], *, batch: int, device: str = "cuda",
                     model_kwargs: dict | None = None, seconds: float = 0.6, rounds: int = 2,
-                    tp: list[tuple[int, int]] | None = None) -> float:
-    """How many of `stages` (one process each, all on `device`; `tp` as in colocation_factor) a GPU
-    runs at full speed at once: the sum over stages of step time alone over step time together,
-    between 1 and len(stages)."""
+                    tp: list[tuple[int, int]] | None = None, schedule: str = "1f1b", nm: int = 2,
+                    sync: str = "none") -> float:
+    """How many of `stages` (one process each, all on `device`; `tp`, `schedule`, `nm` and `sync` as
+    in colocation_factor) a GPU runs at full speed at once: the sum over stages of step time alone
+    over step time together, between 1 and len(stages)."""
     if len(stages) < 2:
         return 1.0
     results = _probes(model, stages, batch, model_kwargs, [1.0] * len(stages), seconds, rounds, device, wall=True,
-                      tp=tp)
+                      tp=tp, updates=(schedule, nm, sync))
     sums = [sum(r[k][0] / r[k][1] for r in results) for k in range(rounds)]
     return min(max(statistics.fmean(sums), 1.0), float(len(stages)))
 
 
-def _probes(model, stages, batch, model_kwargs, slowdowns, seconds, rounds, device, wall: bool, tp=None) -> list:
+def _probes(model, stages, batch, model_kwargs, slowdowns, seconds, rounds, device, wall: bool, tp=None,
+            updates=("1f1b", 2, "none")) -> list:
     """Each probe's [(alone, together)] per round: a step's work (`wall` False), or its wall time."""
     if seconds <= 0 or rounds < 1:
         raise ValueError(f"seconds must be > 0 and rounds >= 1, got {seconds} and {rounds}")
@@ -76,7 +93,7 @@ def _probes(model, stages, batch, model_kwargs, slowdowns, seconds, rounds, devi
     barrier, out = ctx.Barrier(len(stages)), ctx.Queue()
     tp = tp or [(0, 1)] * len(stages)
     procs = [ctx.Process(target=_probe, args=(i, model, lo, hi, batch, dict(model_kwargs or {}), slowdowns[i],
-                                              seconds, rounds, barrier, out, device, wall, tp[i]))
+                                              seconds, rounds, barrier, out, device, wall, tp[i], updates))
              for i, (lo, hi) in enumerate(stages)]
     for p in procs:
         p.start()
@@ -88,13 +105,13 @@ def _probes(model, stages, batch, model_kwargs, slowdowns, seconds, rounds, devi
 
 def _probe(i: int, model: str, lo: int, hi: int, batch: int, model_kwargs: dict, slowdown: float,
            seconds: float, rounds: int, barrier, out, device: str = "cpu", wall: bool = False,
-           tp: tuple[int, int] = (0, 1)) -> None:
+           tp: tuple[int, int] = (0, 1), updates: tuple[str, int, str] = ("1f1b", 2, "none")) -> None:
     from executor.emulation import Emulation
     from executor.placement import staged
     from modelzoo.allocator import steady_allocator
     steady_allocator()                        # as every executor rank
     torch.set_num_threads(1)
-    step = _stage_step(model, lo, hi, batch, model_kwargs, device, tp)
+    step = _stage_step(model, lo, hi, batch, model_kwargs, device, tp, *updates)
     emulation = Emulation(slowdown, staged(device))
     _work_per_step(step, emulation, 0.2, wall)       # warm: first passes fault in memory later ones reuse
     results = []
@@ -111,9 +128,10 @@ def _probe(i: int, model: str, lo: int, hi: int, batch: int, model_kwargs: dict,
 
 
 def _stage_step(model: str, lo: int, hi: int, batch: int, model_kwargs: dict, device: str = "cpu",
-                tp: tuple[int, int] = (0, 1)):
-    """A function doing one minibatch of the stage as an executor rank does under 1F1B: forward,
-    the update of the previous minibatch (into fresh tensors: that one's weights are stashed), backward.
+                tp: tuple[int, int] = (0, 1), schedule: str = "1f1b", nm: int = 2, sync: str = "none"):
+    """A function doing `probe_actions(schedule, nm)` of the stage as an executor rank does them
+    (one minibatch under an asynchronous schedule, one wave under a flush one; under BSP into the
+    flat gradient vector the all-reduce uses, under WSP into fresh weights, as worker.py sets up).
     With `tp` (k, t), t > 1: member k's share of the layers, its all-reduces left out."""
     import modelzoo
     from executor.stage import StageModel
@@ -134,14 +152,22 @@ def _stage_step(model: str, lo: int, hi: int, batch: int, model_kwargs: dict, de
         split_stage(graph, lo, hi, TPComm(*tp, group=None, wire=device))
     stage = StageModel(graph, lo, hi, is_last=last, lr=0.01, momentum=0.9, device=device,
                        loss_fn=stage_loss(graph, hi))
+    stage.track_deltas, stage.flat_grads = sync == "wsp", sync == "bsp"
     minibatches = itertools.count()
+    k = -1
+    do = {"forward": lambda: stage.forward(k, inputs, labels),
+          "backward": lambda: stage.backward(k, grads, need_input_grads=lo > 0),
+          "update previous": lambda: k and stage.update(k - 1), "update": lambda: stage.update(k),
+          "accumulate": lambda: stage.accumulate(k), "step": stage.step}
+    actions = probe_actions(schedule, nm)
 
     def step() -> None:
-        k = next(minibatches)
-        stage.forward(k, inputs, labels)
-        if k:
-            stage.update(k - 1)
-        stage.backward(k, grads, need_input_grads=lo > 0)
+        nonlocal k
+        for action in actions:
+            if action == "forward":
+                k = next(minibatches)
+            do[action]()
+    step.stage = stage                        # for tests: what the steps did to the weights
     return step
 
 

@@ -1,9 +1,11 @@
 """Run the validation suite: predict each plan with a profile measured on this host, execute it,
 and write a table and a predicted-vs-measured plot under experiments/results/.
 
-    python experiments/validation/run.py            # every plan (about 9 minutes on 2 idle cores)
+    python experiments/validation/run.py            # every plan (30; about 20 minutes on 2 idle cores)
     python experiments/validation/run.py --quick    # five plans, fewer waves
-    python experiments/validation/run.py --repeats 3  # each plan run 3 times, the median kept (~20-25 min)
+    python experiments/validation/run.py --repeats 3  # each plan run 3 times, the median kept (~1 hour)
+    python experiments/validation/run.py --only s3_nm3_1f1b_slowlast2 ... --stem validation_extended
+        # some plans (suite.shape_cases, suite.zoo_cases), written to experiments/results/validation_extended.*
 
 Around every run of a plan, as `hetsim validate` does, the model is profiled (per-layer CPU seconds,
 15 passes, about 1.5 s, just before and just after the run; the prediction uses their mean) and the
@@ -12,7 +14,9 @@ latency and bandwidth are measured before it, so the prediction describes the ho
 finds it: this VM's speed drifts by up to 10% over minutes, and one profile for the whole suite once
 made most plans up to 12 points more optimistic.
 Target: median |throughput error| <= 5%, max <= 10%. The script reports whether it was met and exits
-1 if not, after writing its results. Timings depend on the host being otherwise idle.
+1 if not, after writing its results. Timings depend on the host being otherwise idle. A run is flagged
+(a warning, and `work_drift` in the table) when a rank's measured CPU work per minibatch differs from
+the profile's prediction by more than hetsim.cli.validate.WORK_DRIFT_PCT.
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from suite import BATCH, CUDA_BATCH, CUDA_MODEL_KWARGS, MODEL_KWARGS, cases  # noqa: E402
 
-from hetsim.cli.validate import WAVES, default_warmup, load_changed, validate_plan, work_rows  # noqa: E402
+from hetsim.cli.validate import (WAVES, WORK_DRIFT_PCT, default_warmup, load_changed, validate_plan,  # noqa: E402
+                                 work_drift, work_rows)
 from hetsim.compare import compare_reports  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
@@ -64,6 +69,7 @@ def row(case, prediction, measurement) -> dict:
     work = work_rows(measurement)
     errors = [abs(w.error_pct) for w in work if w.error_pct is not None]
     out["cpu_work_max_abs_error_pct"] = round(max(errors), 1) if errors else ""
+    out["work_drift"] = "yes" if errors and max(errors) > WORK_DRIFT_PCT else ""    # flagged, see work_drift
     if "global staleness max" in comp:
         out["global_staleness_max pred/meas"] = (f"{comp['global staleness max'].predicted}/"
                                                  f"{comp['global staleness max'].measured}")
@@ -116,9 +122,11 @@ def main(argv=None) -> int:
     p.add_argument("--merge", nargs="+", default=None, metavar="CSV",
                    help="run nothing: join the tables of runs of parts of the suite (their CSVs) into one, "
                         "named after --device")
+    p.add_argument("--stem", default=None, help="name of the files written (default: validation, with _cuda, "
+                   "_quick and _part as chosen), e.g. validation_extended for runs of the extended cases")
     args = p.parse_args(argv)
     if args.merge:
-        return merge(args.merge, Path(args.out), "validation" + ("_cuda" if args.device != "cpu" else ""))
+        return merge(args.merge, Path(args.out), args.stem or "validation" + ("_cuda" if args.device != "cpu" else ""))
     cuda = args.device != "cpu"
     chosen = [c for c in cases(CUDA_BATCH if cuda else BATCH) if c.quick or not args.quick]
     if args.only:
@@ -133,16 +141,19 @@ def main(argv=None) -> int:
         waves = args.waves or case_waves(case.plan.nm, args.quick)
         warmup = default_warmup(waves) if args.warmup_waves is None else args.warmup_waves
         for _ in range(args.repeats):
-            prediction, measurement = validate_plan(case.plan, model_kwargs=CUDA_MODEL_KWARGS if cuda else MODEL_KWARGS,
+            kwargs = case.model_kwargs if case.model_kwargs is not None else (
+                CUDA_MODEL_KWARGS if cuda else MODEL_KWARGS)
+            prediction, measurement = validate_plan(case.plan, model_kwargs=kwargs,
                                                     waves=waves, warmup_waves=warmup, slowdown=case.slowdown,
                                                     profile_repeats=15, device=args.device)
-            runs.append((row(case, prediction, measurement), load_changed(measurement)))
+            runs.append((row(case, prediction, measurement),
+                         [w for w in (load_changed(measurement), work_drift(measurement)) if w]))
             load.append(os.getloadavg()[0])
         rows.append(_median_run(runs))
         tqdm.write(f"{case.name}: predicted {rows[-1]['predicted_samples_s']} measured "
                    f"{rows[-1]['measured_samples_s']} samples/s ({rows[-1]['error_pct']:+.1f}%)")
-        for _, warning in runs:
-            if warning:
+        for _, warnings in runs:
+            for warning in warnings:
                 tqdm.write(f"  warning: {warning}")
     summary = summarise(rows, {
         "waves": args.waves or f"max({WAVES}, {MINIBATCHES} / Nm)", "repeats": args.repeats,
@@ -150,7 +161,8 @@ def main(argv=None) -> int:
         "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
         "warmup_waves": args.warmup_waves if args.warmup_waves is not None else "default_warmup(waves)",
         "quick": args.quick, "device": _device_name(args.device), "only": args.only})
-    stem = "validation" + ("_cuda" if cuda else "") + ("_quick" if args.quick else "") + ("_part" if args.only else "")
+    stem = args.stem or ("validation" + ("_cuda" if cuda else "") + ("_quick" if args.quick else "")
+                         + ("_part" if args.only else ""))
     write(rows, summary, Path(args.out), stem)
     print(f"1-min load average during the run {min(load):.1f}..{max(load):.1f} on {os.cpu_count()} cores")
     return verdict(summary)

@@ -1,16 +1,22 @@
-"""The validation suite's plans: functions returning data (a plan, its emulated slowdowns).
+"""The validation suite's plans: functions returning data (a plan, its emulated slowdowns, its model).
 
 Model: modelzoo's mlp with 8 hidden layers of 1024 (17 layers: Linear/ReLU pairs and the classifier),
 minibatch 256 (about 90 ms of forward and backward per minibatch on one core of the 2-core CI host), on this host's CPU ranks (host/gpu0..), balanced cuts between Linear/ReLU pairs.
+The extended cases (issue 16, item 10; not --quick) leave that mould: unequal cuts, three stages with
+a slowed last stage, BSP with one slowed rank, WSP with other cuts in each virtual worker, and one
+small plan of every other zoo family, each at a minibatch of 40-230 ms of CPU work (`zoo_cases`; the
+GPT's ~620 ms), cut where the profile's work reaches half (a third, two thirds for three stages;
+the decoders after their blocks, as experiments/validation/plans/tp2_gpt.json's GPT).
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 from hetsim.plan import Plan, StageSpec, SyncSpec, VirtualWorker
 
-__all__ = ["Case", "cases", "MODEL", "MODEL_KWARGS", "BATCH", "CUDA_MODEL_KWARGS", "CUDA_BATCH"]
+__all__ = ["Case", "cases", "zoo_cases", "MODEL", "MODEL_KWARGS", "BATCH", "CUDA_MODEL_KWARGS", "CUDA_BATCH"]
 
 MODEL, MODEL_KWARGS, BATCH = "mlp", {"hidden": 1024, "depth": 8}, 256
 # On a GPU the same layers would be launch-bound: 2048 wide and minibatch 4096 make each hidden Linear
@@ -25,18 +31,23 @@ class Case:
     plan: Plan
     slowdown: dict[str, float] = field(default_factory=dict)
     quick: bool = False                   # part of the --quick subset
+    model_kwargs: dict | None = None      # None: the suite's mlp (MODEL_KWARGS, or CUDA_MODEL_KWARGS)
 
     @property
     def name(self) -> str:
         return self.plan.name
 
 
-def _plan_of(name: str, n_vw: int, n_stages: int, nm: int, schedule: str, sync: SyncSpec, batch: int) -> Plan:
-    cuts = CUTS[n_stages]
+def _plan_of(name: str, n_vw: int, n_stages: int, nm: int, schedule: str, sync: SyncSpec, batch: int,
+             cuts: list | None = None, model: str = MODEL) -> Plan:
+    """`cuts`: one list for every VW (default the balanced CUTS), or a list of lists, one per VW."""
+    cuts = cuts or CUTS[n_stages]
+    per_vw = cuts if isinstance(cuts[0], list) else [cuts] * n_vw
+    gpus = itertools.count()
     vws = tuple(VirtualWorker(name=f"vw{v}", stages=tuple(
-        StageSpec(gpu=f"host/gpu{v * n_stages + s}", layers=(cuts[s], cuts[s + 1])) for s in range(n_stages)))
-        for v in range(n_vw))
-    return Plan(name=name, model=MODEL, minibatch_size=batch, nm=nm, schedule=schedule, sync=sync,
+        StageSpec(gpu=f"host/gpu{next(gpus)}", layers=(c[s], c[s + 1])) for s in range(len(c) - 1)))
+        for v, c in enumerate(per_vw[:n_vw]))
+    return Plan(name=name, model=model, minibatch_size=batch, nm=nm, schedule=schedule, sync=sync,
                 virtual_workers=vws)
 
 
@@ -60,4 +71,51 @@ def cases(batch: int = BATCH) -> list[Case]:
              slowdown={"host/gpu2": 2.0, "host/gpu3": 2.0}, quick=True),
         Case(plan=_plan("vw3_s1_nm1_wsp_d4_slow1.5", 3, 1, 1, "gpipe", wsp(4)), slowdown={"host/gpu2": 1.5}),
         Case(plan=_plan("vw2_s2_nm4_wsp_d1_local", 2, 2, 4, "1f1b", wsp(1, ps_placement="local"))),
+        *shape_cases(batch),
+        *zoo_cases(),
+    ]
+
+
+def shape_cases(batch: int = BATCH) -> list[Case]:
+    """The mlp's plans unlike the balanced ones above: unequal cuts, a slowed last of three stages,
+    BSP with one slowed rank, WSP with other cuts in each VW."""
+    bsp, wsp = SyncSpec(mode="bsp"), SyncSpec(mode="wsp", staleness_bound=1)
+    _plan = lambda name, n_vw, n_stages, nm, schedule, sync, cuts=None: _plan_of(
+        name, n_vw, n_stages, nm, schedule, sync, batch, cuts)
+    return [
+        Case(plan=_plan("s2_nm2_1f1b_cut4", 1, 2, 2, "1f1b", SyncSpec(), [0, 4, 17])),
+        Case(plan=_plan("s2_nm3_gpipe_cut12", 1, 2, 3, "gpipe", SyncSpec(), [0, 12, 17])),
+        Case(plan=_plan("s3_nm3_1f1b_cut2-10_slowlast1.5", 1, 3, 3, "1f1b", SyncSpec(), [0, 2, 10, 17]),
+             slowdown={"host/gpu2": 1.5}),
+        Case(plan=_plan("s3_nm3_1f1b_slowlast2", 1, 3, 3, "1f1b", SyncSpec()), slowdown={"host/gpu2": 2.0}),
+        Case(plan=_plan("vw2_s1_nm2_bsp_slow1.5", 2, 1, 2, "gpipe", bsp), slowdown={"host/gpu1": 1.5}),
+        Case(plan=_plan("vw2_s2_nm2_bsp_slow2", 2, 2, 2, "1f1b-flush", bsp), slowdown={"host/gpu3": 2.0}),
+        Case(plan=_plan("vw2_s2_nm2_wsp_d1_cuts4-12", 2, 2, 2, "1f1b", wsp, [[0, 4, 17], [0, 12, 17]])),
+        Case(plan=_plan("vw2_s2_nm3_hetpipe_wsp_d2_cuts6-10", 2, 2, 3, "hetpipe",
+                        SyncSpec(mode="wsp", staleness_bound=2), [[0, 6, 17], [0, 10, 17]])),
+    ]
+
+
+TINY_GPT = {"n_layer": 2, "seq_len": 32}            # as experiments/validation/plans/tp2_gpt.json
+TINY_LLAMA = {"n_layer": 2, "seq_len": 32, "d_model": 256, "n_head": 4, "n_kv_head": 2, "d_ff": 512,
+              "vocab_size": 8192}
+
+
+def zoo_cases() -> list[Case]:
+    """One small plan of each zoo family but the mlp (its own minibatch, CPU or GPU)."""
+    one = lambda name, model, kwargs, batch, cuts, nm, schedule, sync=SyncSpec(), n_vw=1: Case(
+        plan=_plan_of(name, n_vw, len(cuts) - 1, nm, schedule, sync, batch, cuts, model), model_kwargs=kwargs)
+    return [
+        one("gpt2_s2_nm2_1f1b-flush", "gpt2-small", TINY_GPT, 4, [0, 3, 5], 2, "1f1b-flush"),
+        one("llama_s2_nm2_1f1b", "llama-3-8b", TINY_LLAMA, 16, [0, 3, 5], 2, "1f1b"),
+        one("resnet18_s2_nm2_1f1b", "resnet18", {"image_size": 64, "num_classes": 100}, 8, [0, 38, 69], 2, "1f1b"),
+        one("vgg11_s2_nm2_gpipe", "vgg11", {"image_size": 32, "num_classes": 10}, 8, [0, 17, 29], 2, "gpipe"),
+        one("alexnet_s2_nm2_1f1b-flush", "alexnet", {"image_size": 64, "num_classes": 100}, 16, [0, 17, 22], 2,
+            "1f1b-flush"),
+        one("squeezenet_vw2_s1_nm2_wsp_d1", "squeezenet1_0", {"image_size": 64, "num_classes": 100}, 16, [0, 66],
+            2, "1f1b", SyncSpec(mode="wsp", staleness_bound=1), n_vw=2),
+        one("densenet121_s2_nm2_1f1b", "densenet121", {"image_size": 32, "num_classes": 10}, 8, [0, 235, 431], 2,
+            "1f1b"),
+        one("inception_s3_nm3_hetpipe", "inception_v3", {"image_size": 75, "num_classes": 10}, 4,
+            [0, 91, 200, 314], 3, "hetpipe"),
     ]

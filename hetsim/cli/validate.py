@@ -25,7 +25,7 @@ from hetsim.profile import ModelProfile
 
 __all__ = ["add_arguments", "run", "host_cluster", "onto_host", "with_optimizer_costs", "validate_plan",
            "available_cores", "cpu_time_profile", "load_changed", "default_warmup", "bracketed",
-           "with_tp_allreduce_bytes"]
+           "with_tp_allreduce_bytes", "work_rows", "work_drift", "WORK_DRIFT_PCT"]
 
 # A measured window after the ranks' memory has settled: with 2 warm-up waves of 14, the first touches of
 # the heap's pages still cost up to 15% more CPU per minibatch than the profile's steady state.
@@ -36,6 +36,10 @@ def default_warmup(waves: int) -> int:
     """WARMUP_WAVES, or 2/5 of a shorter run (so that `--waves 10` alone still has a window)."""
     return min(WARMUP_WAVES, 2 * waves // 5)
 LOAD_TOLERANCE = 0.2                  # cores; beyond this the host's load changed during a run
+# Percent; the suite's max throughput error target. A rank whose measured CPU work differs from the
+# profile's by more than this makes the prediction's inputs, not the simulator, the error's cause
+# (one WSP run's profile read 18-27% above the work its ranks did, unflagged).
+WORK_DRIFT_PCT = 8.0
 CPU_TYPE = GpuType(name="cpu", display_name="CPU rank", memory_bytes=4 * GIB, memory_bandwidth_Bps=1e10,
                    peak_fp32_flops=5e10, peak_fp16_flops=5e10,
                    sources=("placeholder: executor runs use measured profiles, not datasheet rates",))
@@ -205,6 +209,9 @@ def validate_plan(plan: Plan, *, model: str | None = None, model_kwargs: dict | 
     measurement.training["predicted_work_s_per_minibatch"] = {   # a TP member's: the stage's over t
         g: sum(predicted_with.stage_times(key, *s.layers)) / s.tp * cluster.nodes[0].colocated_work
         for vw in plan.virtual_workers for s in vw.stages for g in s.members}
+    errors = [abs(w.error_pct) for w in work_rows(measurement) if w.error_pct is not None]
+    measurement.training["cpu_work_drift"] = {"max_abs_error_pct": round(max(errors, default=0.0), 1),
+                                              "tolerance_pct": WORK_DRIFT_PCT}
     # Load that came or went during the run is not in the prediction: measure again to tell.
     if device == "cpu":
         measurement.training["cores_available"] = {"before": cluster.nodes[0].shared_cores,
@@ -225,7 +232,8 @@ def _host_now(plan: Plan, model: str, model_kwargs, slowdown, cores, link_Bps, l
     stages = [s for vw in plan.virtual_workers for s in vw.stages]
     # One probe per rank: a tensor-parallel stage's members each run their share of its layers.
     ranks = [(s, k) for s in stages for k in range(s.tp)]
-    probes = {"tp": [(k, s.tp) for s, k in ranks]}
+    # Each probe does the optimiser work of the plan's schedule (per minibatch, or per wave).
+    probes = {"tp": [(k, s.tp) for s, k in ranks], "schedule": plan.schedule, "nm": plan.nm, "sync": plan.sync.mode}
     nccl = uses_nccl(device, "auto", len(ranks))
     if link_Bps is None or latency_s is None:
         measured_latency, measured_Bps = link_speed(device=device, nccl=nccl and gpu_count() > 1)
@@ -280,6 +288,18 @@ def load_changed(measurement, tolerance: float = LOAD_TOLERANCE) -> str | None:
             f"{cores['after']} after): other load on this host makes this comparison unreliable")
 
 
+def work_drift(measurement, tolerance: float = WORK_DRIFT_PCT) -> str | None:
+    """A warning when some rank's measured CPU work per minibatch differs from the profile's prediction
+    by more than `tolerance` percent: the profile around the run did not describe the work the ranks did."""
+    drifted = [w for w in work_rows(measurement) if w.error_pct is not None and abs(w.error_pct) > tolerance]
+    if not drifted:
+        return None
+    worst = max(drifted, key=lambda w: abs(w.error_pct))
+    return (f"{len(drifted)} rank(s) did CPU work differing from the profile's by more than {tolerance:g}% "
+            f"(worst {worst.metric.split(' CPU work')[0]}: {worst.predicted:.1f} ms predicted, {worst.measured:.1f} "
+            f"measured, {worst.error_pct:+.1f}%): the prediction's inputs, not the simulator, may explain its error")
+
+
 def work_rows(measurement) -> list:
     """Per rank: profiled CPU work per minibatch vs the CPU work the executor's ranks measured (thread
     CPU time of forward, backward and optimiser, without emulation): independent of host load."""
@@ -321,9 +341,9 @@ def run(args: argparse.Namespace) -> int:
     print(format_comparison(compare_reports(prediction, measurement) + work_rows(measurement)))
     for note in measurement.notes[1:]:
         print(f"note: {note}")
-    warning = load_changed(measurement)
-    if warning:
-        print(f"warning: {warning}")
+    for warning in (load_changed(measurement), work_drift(measurement)):
+        if warning:
+            print(f"warning: {warning}")
     if args.out:
         prediction.write(os.path.join(args.out, "prediction"))
         measurement.write(os.path.join(args.out, "measurement"))

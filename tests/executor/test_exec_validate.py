@@ -86,6 +86,20 @@ def test_a_change_of_host_load_during_a_run_is_flagged():
     assert "1.99 before, 1.2 after" in load_changed(loaded)
 
 
+def test_a_rank_whose_cpu_work_drifts_from_the_profile_beyond_the_max_error_target_is_flagged():
+    from types import SimpleNamespace
+
+    from hetsim.cli.validate import WORK_DRIFT_PCT, work_drift
+    gpus = [SimpleNamespace(id=f"host/gpu{i}", vw="vw0", stage=i, tp=1) for i in range(2)]
+    report = lambda measured: SimpleNamespace(gpus=gpus, training={
+        "predicted_work_s_per_minibatch": {"host/gpu0": 0.100, "host/gpu1": 0.050},
+        "compute_work_s_per_minibatch": {"host/gpu0": 0.100, "host/gpu1": measured}})
+    assert WORK_DRIFT_PCT == 8.0
+    assert work_drift(report(0.0535)) is None                 # 6.5%: within the target
+    warning = work_drift(report(0.040))
+    assert "1 rank(s)" in warning and "host/gpu1 [vw0 s1]" in warning and "more than 8%" in warning
+
+
 def test_default_warmup_leaves_a_window_for_short_runs():
     from hetsim.cli.validate import WARMUP_WAVES, default_warmup
     assert default_warmup(30) == WARMUP_WAVES == 12
@@ -136,4 +150,23 @@ def test_validate_plan_predicts_from_profiles_on_both_sides_of_the_run():
     assert prediction.kind == "prediction" and measurement.kind == "measurement"
     assert prediction.profile_source.endswith("mean of profiles before and after the run")
     assert sorted(measurement.training["predicted_work_s_per_minibatch"]) == ["host/gpu0", "host/gpu1"]
+    assert measurement.training["cpu_work_drift"]["tolerance_pct"] == 8.0
     assert prediction.throughput["samples_per_s"] > 0 and measurement.throughput["samples_per_s"] > 0
+
+
+def test_the_validation_suite_has_24_plans_or_more_over_every_zoo_family_each_cut_within_its_model():
+    import sys
+    from pathlib import Path
+
+    import modelzoo
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "experiments" / "validation"))
+    from suite import MODEL_KWARGS, cases
+    suite = cases()
+    assert len(suite) >= 24 and len({c.name for c in suite}) == len(suite)
+    families = ("mlp", "gpt2", "llama", "resnet", "vgg", "alexnet", "squeezenet", "densenet", "inception")
+    assert all(any(c.plan.model.startswith(f) for c in suite) for f in families)
+    for case in suite:
+        net, _ = modelzoo.build(case.plan.model, device="meta", **(case.model_kwargs or MODEL_KWARGS))
+        n_layers = len(modelzoo.layer_graph(net))
+        for vw in case.plan.virtual_workers:
+            assert vw.stages[0].layers[0] == 0 and vw.stages[-1].layers[1] == n_layers, case.name
