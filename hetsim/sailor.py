@@ -340,6 +340,12 @@ def import_run(plan_path: str | Path, data: str | Path, training_config: str | P
                measured_times: bool = True) -> Imported:
     """Everything `hetsim simulate` needs for one Sailor plan, and what was measured."""
     data = Path(data)
+    needed = (["profiles_tmp.json"] if measured_times else []) + [
+        "network/intra_node_bandwidths.json", "network/multizone_bandwidths_het.json"]
+    missing = [n for n in needed if not (data / n).is_file()]
+    if missing:
+        raise SpecError(f"--data {data}: no {', '.join(missing)} there (a Sailor data folder has "
+                        "profiles_tmp.json and network/)")
     run = read_plan(plan_path)
     model, shape, optimizer = read_shape(training_config)
     for s, layers in enumerate(run.layers):
