@@ -177,9 +177,7 @@ def _node(f: Fields, types: dict[str, GpuType]) -> Node:
     if colocated != 1.0 and cores is None:
         raise f.error("colocated_work", "applies to processes sharing cores; set shared_cores too")
     nic = _link(f.sub("network")) if f.has("network") else None
-    per_gpu = f.raw("nic_per_gpu", False)
-    if not isinstance(per_gpu, bool):
-        raise f.error("nic_per_gpu", f"expected true or false, got {per_gpu!r}")
+    per_gpu = f.flag("nic_per_gpu")
     return Node(name=name, gpus=tuple(slots), intra_link=_link(f.sub("intra_link")), shared_cores=cores,
                 colocated_work=colocated, nic=nic, nic_per_gpu=per_gpu)
 

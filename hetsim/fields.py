@@ -99,6 +99,12 @@ class Fields:
             raise self.error(key, f"{value!r} is not one of {', '.join(sorted(choices))}")
         return value
 
+    def flag(self, key: str, default: bool = False) -> bool:
+        value = self.raw(key, default)
+        if not isinstance(value, bool):
+            raise self.error(key, f"expected true or false, got {value!r}")
+        return value
+
     def number(self, key: str, default: Any = _MISSING, *, positive: bool = False,
                nonnegative: bool = False, integer: bool = False) -> Any:
         value = self.raw(key, default)

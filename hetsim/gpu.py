@@ -84,9 +84,7 @@ def gpu_type_from_fields(f: Fields) -> GpuType:
     sources = f.list("sources")
     if not sources or not all(isinstance(s, str) for s in sources):
         raise f.error("sources", "cite at least one source for the datasheet figures, as text")
-    tensor_cores = f.raw("tensor_cores", False)
-    if not isinstance(tensor_cores, bool):
-        raise f.error("tensor_cores", f"expected true or false, got {tensor_cores!r}")
+    tensor_cores = f.flag("tensor_cores")
     for key in ("peak_tf32_tflops", "peak_bf16_tflops"):
         if f.has(key) and not tensor_cores:
             raise f.error(key, "a TF32/BF16 tensor-core peak needs `tensor_cores: true` (or remove it)")

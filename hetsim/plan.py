@@ -148,14 +148,8 @@ def plan_from_dict(data: Any, source_name: str = "plan") -> Plan:
                 optimizer_state_copies=f.number("optimizer_state_copies", 1, nonnegative=True, integer=True),
                 optimizer=f.text("optimizer", None, choices=OPTIMIZERS) if f.has("optimizer") else None,
                 precision=f.text("precision", "fp32", choices=PRECISIONS),
-                recompute=_flag(f, "recompute"), blocking_p2p=_flag(f, "blocking_p2p"))
+                recompute=f.flag("recompute"), blocking_p2p=f.flag("blocking_p2p"))
 
-
-def _flag(f: Fields, key: str) -> bool:
-    value = f.raw(key, False)
-    if not isinstance(value, bool):
-        raise f.error(key, f"expected true or false, got {value!r}")
-    return value
 
 
 def _stage(f: Fields) -> StageSpec:

@@ -263,14 +263,8 @@ def profile_from_dict(data: Any, source_name: str) -> ModelProfile:
                         flop_convention=f.text("flop_convention", ModelProfile.flop_convention),
                         input_bytes=f.number("input_bytes", nonnegative=True, integer=True),
                         tokens_per_sample=f.number("tokens_per_sample", None, positive=True, integer=True),
-                        tp_times_include_allreduce=_flag(f, "tp_times_include_allreduce", True))
+                        tp_times_include_allreduce=f.flag("tp_times_include_allreduce", True))
 
-
-def _flag(f: Fields, key: str, default: bool) -> bool:
-    value = f.raw(key, default)
-    if not isinstance(value, bool):
-        raise f.error(key, f"expected true or false, got {value!r}")
-    return value
 
 
 def _layer(f: Fields) -> LayerProfile:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import yaml
@@ -36,8 +37,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def write_import(plan_path: str | Path, data: str | Path, training_config: str | Path, out: str | Path, *,
                  derived: bool = False, precision: str = "tf32") -> dict[str, Path]:
     """Import one Sailor plan and write its files to `out`; return their paths by role."""
-    from dataclasses import replace
-
     from hetsim.profile import save_profile
     from hetsim.sailor import import_run
     imported = import_run(plan_path, data, training_config, measured_times=not derived)
@@ -66,8 +65,6 @@ def derived_times(profile, shape, cluster: dict, precision: str, tp_degrees: set
     degree t > 1, times keyed TYPE@tpt: each rank does 1/t of the matrix products, attention and
     pointwise work (Megatron splits heads and the MLP width) but whole norms and the whole per-layer
     fixed cost; the all-reduces are left to the simulator."""
-    from dataclasses import replace
-
     from hetsim.cli.profile import split_by_kernel_class
     from hetsim.profile import tp_key
     from hetsim.derive import LayerCost, derive_profile, load_efficiencies
@@ -95,8 +92,6 @@ def derived_times(profile, shape, cluster: dict, precision: str, tp_degrees: set
 
 def _tp_share(cost, t: int):
     """One TP rank's share of a layer's work: norms whole, everything else 1/t."""
-    from dataclasses import replace
-
     from hetsim.derive import kernel_class
     def part(c):
         if kernel_class(c.kind) == "norm":
