@@ -30,7 +30,7 @@ from torch import nn
 
 import executor
 import modelzoo
-from hetsim.cli.validate import host_cluster
+from executor.validate import host_cluster
 from hetsim.plan import Plan, StageSpec, SyncSpec, VirtualWorker
 
 KWARGS, MICROBATCH = {"hidden": 512, "depth": 8}, 32

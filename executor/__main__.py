@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ranks", action="store_true", help="print the number of ranks the plan needs and exit")
     args = p.parse_args(argv)
     try:
-        from executor.launch import layout_of, make_job, rank_main, report_from_records
+        from executor.launch import layout_of, make_job, one_line, rank_main, report_from_records, torchrun_error
         job = make_job(args.plan, args.cluster, args.model, profile=args.profile, options=options_from_args(args),
                        model_kwargs=model_kwargs(args.model_arg))
         layout = layout_of(job)
@@ -76,7 +76,12 @@ def main(argv: list[str] | None = None) -> int:
                               f"({len(layout.stage_ranks)} stage ranks + {len(layout.ps_ranks)} parameter servers"
                               f"{' + 1 sdpipe group scheduler' if job.plan.sync.mode == 'sdpipe' else ''}); "
                               f"torchrun started {world}")
-        records = rank_main(rank, world, job, "env://", None)
+        try:
+            records = rank_main(rank, world, job, "env://", None, on_exit=torchrun_error)
+        except HetsimError:
+            raise
+        except Exception as exc:         # a bug: its one line survives torchrun, which keeps no traceback
+            raise HetsimError(f"rank {rank}: {one_line(exc)}") from exc
         if rank == 0:
             from hetsim.cli.simulate import format_report
             report = report_from_records(job, records)
@@ -85,7 +90,9 @@ def main(argv: list[str] | None = None) -> int:
                 report.write(args.out)
         return 0
     except HetsimError as exc:
-        print(f"executor: error: {exc}", file=sys.stderr)
+        print(f"executor: error: {exc}", file=sys.stderr, flush=True)
+        from executor.launch import torchrun_error
+        torchrun_error(f"executor: error: {exc}")
         return 2
 
 

@@ -19,7 +19,7 @@ import torch
 
 import modelzoo
 from modelzoo.allocator import steady_allocator
-from executor.children import next_result
+from executor.children import die_with_parent, next_result
 from executor.stage import StageModel
 from executor.wsp import WspClient
 from hetsim.plan import ASYNC_SCHEDULES
@@ -102,6 +102,7 @@ def _ping(rank: int, path: str, small: int, large: int, nbytes: int, out, device
           nccl: bool = False) -> None:
     import torch.distributed as dist
     from executor.placement import CPU, Placement
+    die_with_parent()
     steady_allocator()                          # as every executor rank
     torch.set_num_threads(1)
     if device == "cpu":
@@ -128,7 +129,7 @@ def _exchange_host(rank: int, peer: int, size: int, count: int, times: list, _pl
     writing into new memory faults its pages in, which a reused buffer never does; 4 MiB here: about
     1.7 GB/s fresh against 2.3-3.1 GB/s reused). The suite's accuracy rests on this exact loop: one
     that sent written memory instead read 2.2-3.4 GB/s (median 2.8) against 2.0-2.9 (median 2.3)
-    and made every plan's prediction optimistic (README, "What is left")."""
+    and made every plan's prediction optimistic (experiments/validation/README.md, "What is left")."""
     import torch.distributed as dist
     buf = torch.zeros(size)
     for k in range(count + 1):

@@ -37,7 +37,7 @@ import time
 
 import torch
 
-from executor.children import next_result
+from executor.children import die_with_parent, next_result, reap
 from hetsim.plan import ASYNC_SCHEDULES
 
 __all__ = ["colocation_factor", "gpu_concurrency", "probe_actions"]
@@ -95,9 +95,13 @@ def _probes(model, stages, batch, model_kwargs, slowdowns, seconds, rounds, devi
     procs = [ctx.Process(target=_probe, args=(i, model, lo, hi, batch, dict(model_kwargs or {}), slowdowns[i],
                                               seconds, rounds, barrier, out, device, wall, tp[i], updates))
              for i, (lo, hi) in enumerate(stages)]
-    for p in procs:
-        p.start()
-    results = [next_result(out, procs, 300.0, "colocation: probe") for _ in procs]
+    try:
+        for p in procs:
+            p.start()
+        results = [next_result(out, procs, 300.0, "colocation: probe") for _ in procs]
+    except BaseException:
+        reap(procs)
+        raise
     for p in procs:
         p.join()
     return results
@@ -109,6 +113,7 @@ def _probe(i: int, model: str, lo: int, hi: int, batch: int, model_kwargs: dict,
     from executor.emulation import Emulation
     from executor.placement import staged
     from modelzoo.allocator import steady_allocator
+    die_with_parent()
     steady_allocator()                        # as every executor rank
     torch.set_num_threads(1)
     step = _stage_step(model, lo, hi, batch, model_kwargs, device, tp, *updates)

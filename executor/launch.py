@@ -3,6 +3,7 @@ rank 0 and build the measured Report. A failed rank makes the launch raise Execu
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import tempfile
@@ -15,7 +16,9 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import modelzoo
-from executor.health import ExecutorError, Health
+from executor.checkpoint import fingerprint, start_checkpoints
+from executor.children import die_with_parent, reap
+from executor.health import ExecutorError, Health, process_state
 from executor.layout import RankLayout
 from executor.measure import build_measured_report
 from executor.options import ExecOptions
@@ -23,11 +26,14 @@ from executor.record import RankRecord
 from executor.worker import Job, _check_supported, check_tp_layers, job_layout, run_rank
 from hetsim.cluster import Cluster, load_cluster
 from hetsim.errors import HetsimError
+from hetsim.feasibility import check_structure
 from hetsim.plan import Plan, load_plan
-from hetsim.profile import ModelProfile, load_profile
+from hetsim.profile import ModelProfile
+from hetsim.profile_files import load_profile
 from hetsim.report import Report
 
-__all__ = ["launch", "make_job", "rank_main", "report_from_records", "ExecutorError"]
+__all__ = ["launch", "make_job", "check_job_plan", "rank_main", "report_from_records", "ExecutorError",
+           "torchrun_error", "one_line"]
 
 _GRACE_S = 10.0            # after the first failure, how long the others get to exit on their own
 
@@ -41,10 +47,25 @@ def make_job(plan: Plan | str | Path, cluster: Cluster | str | Path, model: str 
         profile = load_profile(profile)
     job = Job(plan=plan, cluster=cluster, model=model or plan.model, options=options, profile=profile,
               model_kwargs=tuple(sorted((model_kwargs or {}).items())))
+    check_job_plan(plan, cluster, job.model, model_kwargs)
     _check_supported(job)
     if len(plan.gpus) > sum(len(vw.stages) for vw in plan.virtual_workers):     # tensor-parallel stages
         check_tp_layers(job, _graph(job))
     return job
+
+
+def check_job_plan(plan: Plan, cluster: Cluster | None, model: str, model_kwargs: dict | None = None) -> None:
+    """The plan rules simulate and plan enforce (hetsim.feasibility.check_structure), against the
+    model's own layer count, before any rank starts: a plan whose stages stopped short of the last
+    layer once trained a truncated model without a word. The model is built on the meta device
+    (no weights), so this takes well under a second."""
+    try:
+        net, _ = modelzoo.build(model, batch=1, device="meta", **(model_kwargs or {}))
+    except KeyError as exc:                  # modelzoo's "unknown model 'x'; did you mean ...?"
+        raise HetsimError(f"model: {exc.args[0]}") from None
+    except TypeError as exc:                 # a constructor argument the model does not take
+        raise HetsimError(f"model {model}: {exc}") from None
+    check_structure(plan, cluster, len(modelzoo.layer_graph(net)), f"model {model}")
 
 
 def _graph(job: Job):
@@ -65,7 +86,8 @@ def rank_main(rank: int, world_size: int, job: Job, init_method: str, records_pa
     record = RankRecord(rank=rank)
     health = Health(dist.distributed_c10d._get_default_store(), rank, layout.describe,
                     timeout_s=job.options.timeout_s, position=lambda: (record.position, record.since),
-                    on_exit=on_exit)
+                    on_exit=on_exit, world_size=world_size,
+                    servers=frozenset(r.rank for r in layout.roles if r.kind != "stage"))
     health.start()
     try:
         run_rank(rank, job, record)
@@ -83,6 +105,7 @@ def rank_main(rank: int, world_size: int, job: Job, init_method: str, records_pa
 
 
 def _child(rank: int, world_size: int, job: Job, init_method: str, tmp: str) -> None:
+    die_with_parent()
     error_path = Path(tmp) / f"error{rank}.txt"
     for name in ("LOCAL_RANK", "LOCAL_WORLD_SIZE"):    # a torchrun parent's: these ranks are ours
         os.environ.pop(name, None)
@@ -97,6 +120,23 @@ def _child(rank: int, world_size: int, job: Job, init_method: str, tmp: str) -> 
         os._exit(1)
 
 
+def torchrun_error(message: str) -> None:
+    """Under torchrun, this rank's error in its error file (TORCHELASTIC_ERROR_FILE): torchrun's failure
+    summary shows it there, on every node, where it would otherwise say `error_file: <N/A>`."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if path:
+        extra = {"py_callstack": message, "timestamp": str(int(time.time()))}
+        Path(path).write_text(json.dumps({"message": {"message": message, "extraInfo": extra}}))
+
+
+def one_line(exc: BaseException) -> str:
+    """An unexpected exception as one line: its type, message and where it was raised."""
+    frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+    where = f" (at {Path(frame.filename).name}:{frame.lineno} in {frame.name})" if frame else ""
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}{where}"
+
+
 def report_from_records(job: Job, records: list) -> Report:
     return build_measured_report(job, layout_of(job), records, job.schedules())
 
@@ -107,18 +147,30 @@ def launch(plan: Plan | str | Path, cluster: Cluster | str | Path, model: str | 
     """Run the plan for real on this host (one process per rank) and return the measured Report."""
     job = make_job(plan, cluster, model, profile=profile, options=options, model_kwargs=model_kwargs)
     layout = layout_of(job)
+    if options.checkpoint_dir:
+        start_checkpoints(options.checkpoint_dir, fingerprint(job.plan.to_dict(), job.model, dict(job.model_kwargs)),
+                          options.resume)
     with tempfile.TemporaryDirectory(prefix="hetsim-exec-") as tmp:
         ctx = mp.get_context("spawn")
         procs = [ctx.Process(target=_child, args=(r, layout.world_size, job, f"file://{tmp}/store", tmp),
                              name=f"executor-rank{r}") for r in range(layout.world_size)]
-        for p in procs:
-            p.start()
-        _wait(procs, layout, Path(tmp), job.options.timeout_s)
+        try:
+            for p in procs:
+                p.start()
+            _wait(procs, layout, Path(tmp), job.options.timeout_s)
+        finally:                         # an interrupt (Ctrl-C) too: no rank outlives the launch
+            reap(procs)
         records = pickle.loads((Path(tmp) / "records.pkl").read_bytes())
     report = report_from_records(job, records)
     if out is not None:
         report.write(out)
     return report
+
+
+def _only_stopped_left(procs) -> bool:
+    """After a failure, every rank still alive is stopped (SIGSTOP): none of them can exit on its own."""
+    alive = [p for p in procs if p.is_alive()]
+    return bool(alive) and all(process_state(p.pid) in ("T", "t") for p in alive)
 
 
 def _wait(procs, layout: RankLayout, tmp: Path, timeout_s: float) -> None:
@@ -130,9 +182,10 @@ def _wait(procs, layout: RankLayout, tmp: Path, timeout_s: float) -> None:
             p.join(0.05)
         if deadline is None and any(p.exitcode not in (None, 0) for p in procs):
             deadline = time.monotonic() + timeout_s + _GRACE_S
-        if deadline is not None and time.monotonic() > deadline:
+        if deadline is not None and (time.monotonic() > deadline or _only_stopped_left(procs)):
             break
     stuck = [r for r, p in enumerate(procs) if p.is_alive()]
+    stopped = {r for r in stuck if process_state(procs[r].pid) in ("T", "t")}
     for r in stuck:
         procs[r].kill()
         procs[r].join()
@@ -142,7 +195,9 @@ def _wait(procs, layout: RankLayout, tmp: Path, timeout_s: float) -> None:
     lines = []
     for r in failed:
         path = tmp / f"error{r}.txt"
-        if r in stuck:
+        if r in stopped:
+            lines.append(f"{layout.describe(r)}: stopped (SIGSTOP or a debugger); killed")
+        elif r in stuck:
             lines.append(f"{layout.describe(r)}: did not exit within {timeout_s + _GRACE_S:.0f} s; killed")
         elif path.exists():
             lines.append(path.read_text().strip())

@@ -1,5 +1,6 @@
 """Which rank does what: (virtual worker, stage) ranks first, VW-major, a tensor-parallel stage's
 members one after another from its lead, then parameter-server ranks, then SDPipe's group scheduler.
+Under a schedule with virtual stages a rank is a device: it runs every chunk (stage j mod p) of its GPU.
 
 Pure functions of the plan and cluster, so every rank (and the launcher) derives the same layout.
 """
@@ -29,6 +30,7 @@ class Role:
 @dataclass(frozen=True, kw_only=True)
 class RankLayout:
     roles: tuple[Role, ...]
+    devices: tuple[int, ...] = ()         # per VW, its pipeline devices (stage j runs on device j mod p)
 
     @property
     def world_size(self) -> int:
@@ -55,6 +57,7 @@ class RankLayout:
 
     def member_ranks(self, vw: int, stage: int) -> list[int]:
         """The ranks of the stage, lead first (one unless the stage is tensor-parallel)."""
+        stage = stage % self.devices[vw] if self.devices else stage
         ranks = [r.rank for r in self.roles if r.kind == "stage" and r.vw == vw and r.stage == stage]
         if not ranks:
             raise KeyError(f"no rank for vw {vw} stage {stage}")
@@ -77,7 +80,7 @@ def rank_layout(plan: Plan, n_shards: int) -> RankLayout:
     index."""
     roles: list[Role] = []
     for v, vw in enumerate(plan.virtual_workers):
-        for s, spec in enumerate(vw.stages):
+        for s, spec in enumerate(vw.stages[:vw.n_devices]):
             for k, gpu in enumerate(spec.members):
                 roles.append(Role(rank=len(roles), kind="stage", vw=v, stage=s, gpu=gpu, layers=spec.layers,
                                   tp=spec.tp, tp_rank=k))
@@ -86,7 +89,7 @@ def rank_layout(plan: Plan, n_shards: int) -> RankLayout:
             roles.append(Role(rank=len(roles), kind="ps", ps_index=j))
     if plan.sync.mode == "sdpipe":
         roles.append(Role(rank=len(roles), kind="scheduler"))
-    return RankLayout(roles=tuple(roles))
+    return RankLayout(roles=tuple(roles), devices=tuple(vw.n_devices for vw in plan.virtual_workers))
 
 
 def shard_indices(layer_numel: list[int], shards: list[tuple[tuple[int, int], float]], j: int,

@@ -1,14 +1,14 @@
 """Turn the ranks' records into a hetsim Report (kind "measurement") and a Chrome trace.
 
-The definitions mirror hetsim.sim.summary so a prediction and a measurement compare field by field:
-throughput and per-GPU times over the window in which every VW is past warm-up and none has finished
-(hetsim.window).
+The ranks' records go to hetsim.report_sections, the builder hetsim.sim.summary hands the simulator's
+records to, so a prediction and a measurement compare field by field: throughput and per-GPU times
+over the window in which every VW is past warm-up and none has finished (hetsim.window).
 """
 
 from __future__ import annotations
 
-from hetsim.plan import ASYNC_SCHEDULES
-from hetsim.report import GpuStats, Report, VwStats, distribution
+from hetsim.report import GpuStats, Report
+from hetsim.report_sections import RunRecords, run_sections
 from hetsim.trace import TraceWriter
 from hetsim.window import steady_window
 
@@ -26,31 +26,27 @@ def build_measured_report(job, layout: RankLayout, records: list[RankRecord], sc
     warm = opts.warmup_waves * plan.nm
     times = [[records[layout.stage_rank(v, 0)].wall(t) - origin for t in
               records[layout.stage_rank(v, 0)].completions] for v in range(len(plan.virtual_workers))]
-    window = steady_window(times, warm, period=plan.nm)
+    window = steady_window(times, warm, period=plan.nm, locked=plan.sync.mode == "wsp")
     if window is None:
         raise ExecutorError(f"no steady-state window: raise waves above warmup_waves "
                             f"({opts.waves} <= {opts.warmup_waves})")
     start, end = window.start, window.end
     clipped = {r.rank: _clip(r, origin, start, end) for r in records}
-    vws = [VwStats(name=vw.name, minibatches=window.minibatches(v), minibatches_per_s=window.rate(v),
-                   samples_per_s=window.rate(v) * plan.minibatch_size,
-                   sync_wait_s=clipped[layout.stage_rank(v, 0)]["sync"])
-           for v, vw in enumerate(plan.virtual_workers)]
-    rate = sum(v.minibatches_per_s for v in vws)
-    throughput = {"minibatches_per_s": rate, "samples_per_s": rate * plan.minibatch_size}
-    tokens = records[layout.stage_rank(0, 0)].tokens_per_sample
-    if tokens:                              # as hetsim.sim.summary reports a sequence model's
-        throughput["tokens_per_s"] = rate * plan.minibatch_size * tokens
+    run = RunRecords(window=window, start_s=start, end_s=end,
+                     vw_sync_wait_s=[clipped[layout.stage_rank(v, 0)]["sync"]
+                                     for v in range(len(plan.virtual_workers))],
+                     staleness_local=sorted(x for r in records for x in r.staleness_local),
+                     staleness_global=sorted(x for r in records for x in r.staleness_global),
+                     gates=[g for r in records for g in r.gates],
+                     in_flight=max(schedules[r.vw].in_flight(r.stage) for r in layout.stage_ranks),
+                     tokens_per_sample=records[layout.stage_rank(0, 0)].tokens_per_sample,
+                     **_sync_state(plan, records, layout))
     report = Report(
         kind="measurement", plan=plan.to_dict(), cluster=job.cluster.name, model=job.model,
         profile_source=f"measured by the executor (torch.distributed, {records[0].backend})",
-        settings=_settings(opts, records[0].backend), window={"start_s": start, "end_s": end, "duration_s": end - start},
-        throughput=throughput, virtual_workers=vws, gpus=_gpus(job, layout, records, clipped, end - start),
-        links=[],
-        staleness=_staleness(plan, records, schedules, layout), sync=_sync(plan, records, layout),
-        notes=_notes(opts, plan.sync.mode), training=_training(layout, records, clipped, origin, start, end),
-        staleness_local=sorted(x for r in records for x in r.staleness_local),
-        staleness_global=sorted(x for r in records for x in r.staleness_global))
+        settings=_settings(opts, records[0].backend), gpus=_gpus(job, layout, records, clipped, end - start),
+        links=[], notes=_notes(opts, plan.sync.mode), training=_training(layout, records, clipped, origin, start, end),
+        losses=_loss_curve(records, origin), **run_sections(plan, run))
     if opts.trace:
         report.trace = _trace(job, layout, records, origin)
     return report
@@ -91,33 +87,15 @@ def _gpus(job, layout: RankLayout, records, clipped, span: float) -> list[GpuSta
     return out
 
 
-def _staleness(plan, records, schedules, layout: RankLayout) -> dict:
-    asynchronous = plan.schedule in ASYNC_SCHEDULES
-    in_flight = max(schedules[r.vw].in_flight(r.stage) for r in layout.stage_ranks)
-    local = [x[3] for r in records for x in r.staleness_local]
-    out = {"local": distribution(local), "local_bound": in_flight - 1 if asynchronous else 0}
+def _sync_state(plan, records, layout: RankLayout) -> dict:
+    """The measured sync's own state for the report: WSP's server ranks, the SDPipe scheduler's groups."""
     if plan.sync.mode == "wsp":
-        out["global"] = distribution(x[4] for r in records for x in r.staleness_global)
-        out["global_bound"] = plan.sync.staleness_bound + plan.sync.offset_for(plan.schedule)
-    return out
-
-
-def _sync(plan, records, layout: RankLayout) -> dict:
-    out: dict = {"mode": plan.sync.mode}
-    if plan.sync.mode == "wsp":
-        offset = plan.sync.offset_for(plan.schedule)
-        gates = [g for r in records for g in r.gates]
-        out.update(staleness_bound=plan.sync.staleness_bound, pull_offset=offset,
-                   ps_placement=plan.sync.ps_placement, parameter_server_ranks=len(layout.ps_ranks),
-                   max_clock_gap=max(((w - offset) - c for _, _, w, _, c in gates), default=0),
-                   bound_wait_s={vw.name: sum(g[3] for g in gates if g[0] == i and g[1] == 0)
-                                 for i, vw in enumerate(plan.virtual_workers)})
-    elif plan.sync.mode == "sdpipe":           # as hetsim.sim.summary reports the simulator's groups
+        return {"wsp_state": {"parameter_server_ranks": len(layout.ps_ranks)}}
+    if plan.sync.mode == "sdpipe":
         scheduler = records[layout.scheduler_rank]
-        sizes = [len(members) for _, _, members, _ in scheduler.groups]
-        out.update(period=plan.sync.sdpipe_period, groups=len(sizes), group_size=distribution(sizes),
-                   connections=list(scheduler.connections))
-    return out
+        return {"sdpipe_group_sizes": [len(members) for _, _, members, _ in scheduler.groups],
+                "sdpipe_connections": list(scheduler.connections)}
+    return {}
 
 
 def _notes(opts, sync_mode: str) -> list[str]:
@@ -145,6 +123,14 @@ def _training(layout: RankLayout, records, clipped, origin: float, start: float,
             "devices": {layout.describe(r.rank): r.device for r in records},
             **_sdpipe_groups(records),
             "emulation": EMULATION_NOTE}
+
+
+def _loss_curve(records, origin: float) -> list[tuple[int, int, float, float]]:
+    """(vw, minibatch, t_s, loss) of every loss, in time order: t_s is seconds since the run's common
+    start (the window's time axis), so time to a target loss reads off directly."""
+    curve = [(vw, mb, r.wall(t) - origin, loss) for r in records
+             for (vw, mb, loss), t in zip(r.losses, r.loss_times)]
+    return sorted(curve, key=lambda x: (x[2], x[0], x[1]))
 
 
 def _work_per_minibatch(rec: RankRecord, origin: float, start: float, end: float) -> float:

@@ -21,6 +21,7 @@ class RankRecord:
     staleness_global: list[tuple] = field(default_factory=list)
     gates: list[tuple] = field(default_factory=list)           # (vw, stage, wave, wait_s, global clock)
     losses: list[tuple[int, int, float]] = field(default_factory=list)
+    loss_times: list[float] = field(default_factory=list)      # perf_counter of each loss, as `losses`
     versions: list[tuple[int, int, int, int]] = field(default_factory=list)
     weights_bytes: int = 0
     stash_peak_versions: int = 1

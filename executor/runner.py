@@ -9,6 +9,11 @@ lead talks to the neighbouring stages (as hetsim.sim.pipeline's stage does from 
 broadcasts what it received to the other members, who wait for that broadcast instead; their
 outputs and input gradients equal the lead's (modelzoo.tp), so only the lead sends them. The
 all-reduces inside a forward or backward are recorded as "tp" spans within its compute span.
+
+Under interleaved schedules a rank is a device running several model chunks (virtual stages); each
+action names its chunk, and messages are tagged by kind, minibatch and receiving virtual stage, since
+two devices may exchange activations and gradients of several chunks. Zero-bubble schedules run a
+backward as I (input gradient, sent on at once) and, later, W (weight gradient).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import os
 import time
 from collections import deque
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
@@ -30,25 +36,37 @@ from executor.stage import StageModel
 from executor.wsp import WspClient
 from modelzoo.tp import TPComm
 
-__all__ = ["StageRank"]
+__all__ = ["StageRank", "Chunk"]
+
+
+@dataclass
+class Chunk:
+    """A model chunk a rank runs: its stage (one per rank, unless the schedule has virtual stages)."""
+
+    stage: int                              # virtual stage index in the VW's pipeline
+    model: StageModel
+    in_shapes: list[tuple[int, ...]]
+    out_shapes: list[tuple[int, ...]]
+    prev_rank: int | None
+    next_rank: int | None
+    group: object = None                    # BSP: the all-reduce group of this stage across VWs
+    group_ranks: list[int] = field(default_factory=list)
 
 
 class StageRank:
-    def __init__(self, *, vw: int, stage: int, n_stages: int, nm: int, asynchronous: bool,
-                 model: StageModel, data: SyntheticData, in_shapes: list[tuple[int, ...]],
-                 out_shapes: list[tuple[int, ...]], prev_rank: int | None, next_rank: int | None,
-                 emulation: Emulation, record: RankRecord, wsp: WspClient | None = None,
-                 group=None, group_ranks: list[int] | None = None, n_vw: int = 1,
-                 checkpoint=None, fault: tuple[int, str, str] | None = None, rank: int = -1,
+    def __init__(self, *, vw: int, n_stages: int, nm: int, asynchronous: bool, chunks: list[Chunk],
+                 data: SyntheticData, emulation: Emulation, record: RankRecord, wsp: WspClient | None = None,
+                 n_vw: int = 1, checkpoint=None, fault: tuple[int, str, str] | None = None, rank: int = -1,
                  sdpipe: GroupSyncClient | None = None, placement: Placement = CPU,
                  p2p_groups: dict[tuple[int, int], object] | None = None, tp: TPComm | None = None,
                  tp_ranks: list[int] | None = None):
-        self.vw, self.stage, self.n_stages, self.nm = vw, stage, n_stages, nm
+        self.vw, self.n_stages, self.nm = vw, n_stages, nm
         self.asynchronous = asynchronous
-        self.model, self.data, self.emulation, self.rec = model, data, emulation, record
-        self.in_shapes, self.out_shapes = in_shapes, out_shapes
-        self.prev_rank, self.next_rank = prev_rank, next_rank
-        self.wsp, self.group, self.group_ranks, self.n_vw = wsp, group, group_ranks or [], n_vw
+        self.chunks = chunks
+        # Asynchronous schedules, WSP and SDPipe run one chunk: theirs is chunks[0].
+        self.stage, self.model = chunks[0].stage, chunks[0].model
+        self.data, self.emulation, self.rec = data, emulation, record
+        self.wsp, self.n_vw = wsp, n_vw
         self.sdpipe = sdpipe
         self.placement = placement
         # NCCL: one communicator per direction of each link (see executor.worker._p2p_groups).
@@ -58,22 +76,21 @@ class StageRank:
         self.tp, self.tp_ranks = tp, tp_ranks or []   # a tensor-parallel stage's group, its ranks lead first
         self.lead = tp is None or tp.rank == 0
         self.applied = 0                  # own minibatches whose updates are in the local weights
-        self._received: dict[tuple[str, int], tuple[torch.Tensor, ...]] = {}
-        self._outbox: dict[tuple[str, int], tuple[torch.Tensor, ...]] = {}
+        self._received: dict[tuple[str, int, int], tuple[torch.Tensor, ...]] = {}    # (kind, mb, chunk)
+        self._outbox: dict[tuple[str, int, int], tuple[torch.Tensor, ...]] = {}
         self._sends = PendingSends()
-        self._posted: dict[tuple[str, int], tuple] = {}    # (kind, mb) -> (src, tensors, irecv works)
-        self._pending_recvs: deque[tuple[str, int]] = deque()
+        self._posted: dict[tuple[str, int, int], tuple] = {}    # (kind, mb, chunk) -> (src, tensors, works)
+        self._pending_recvs: deque[tuple[str, int, int]] = deque()
 
     def run(self, actions, start: int = 0) -> None:
         """Replay actions[start:] (start > 0 when resuming from a checkpoint)."""
-        self._pending_recvs = deque((kind, index) for kind, index in actions[start:]
-                                    if kind in _RECV_FROM and self.lead)
+        self._pending_recvs = deque(tuple(a) for a in actions[start:] if a.kind in _RECV_FROM and self.lead)
         self._post_recvs()
-        for kind, index in actions[start:]:
-            self.rec.at(f"{kind}{index}")
-            if self.fault is not None and self.fault[:2] == (self.rank, f"{kind}{index}"):
+        for action in actions[start:]:
+            self.rec.at(str(action))
+            if self.fault is not None and self.fault[:2] == (self.rank, str(action)):
                 _inject(self.fault[2])
-            _HANDLERS[kind](self, index)
+            _HANDLERS[action.kind](self, action.index, action.chunk)
         self.rec.at("done")
         self._sends.wait_all()
         if self.wsp is not None:
@@ -94,65 +111,95 @@ class StageRank:
                 self.rec.span(f"tp {name}", "tp", a, b)
         return out
 
-    def forward(self, mb: int) -> None:
-        last = self.stage == self.n_stages - 1
-        inputs = ((self.data.inputs(self.vw, mb).to(self.placement.compute),) if self.stage == 0
-                  else self._received.pop(("F", mb)))
+    def forward(self, mb: int, c: int = 0) -> None:
+        chunk = self.chunks[c]
+        last = chunk.stage == self.n_stages - 1
+        inputs = ((self.data.inputs(self.vw, mb).to(self.placement.compute),) if chunk.stage == 0
+                  else self._received.pop(("F", mb, c)))
         labels = self.data.labels(self.vw, mb).to(self.placement.compute) if last else None
         expected = mb if self.asynchronous else mb - mb % self.nm
         if self.lead:                        # a stage's records, once per stage as the simulator's
-            self.rec.staleness_local.append((self.vw, self.stage, mb, expected - self.applied))
-        outputs = self._compute(f"F{mb}", lambda: self.model.forward(mb, inputs, labels))
+            self.rec.staleness_local.append((self.vw, chunk.stage, mb, expected - self.applied))
+        outputs = self._compute(f"F{mb}", lambda: chunk.model.forward(mb, inputs, labels))
         if not self.lead:
             return
         if last:
-            self.rec.losses.append((self.vw, mb, self.model.loss_of(mb)))
+            self.rec.losses.append((self.vw, mb, chunk.model.loss_of(mb)))
+            self.rec.loss_times.append(time.perf_counter())
         else:
-            self._outbox[("F", mb)] = outputs
+            self._outbox[("F", mb, c)] = outputs
 
-    def backward(self, mb: int) -> None:
-        grads = None if self.stage == self.n_stages - 1 else self._received.pop(("B", mb))
+    def backward(self, mb: int, c: int = 0) -> None:
+        chunk = self.chunks[c]
+        grads = None if chunk.stage == self.n_stages - 1 else self._received.pop(("B", mb, c))
 
         def run():
-            out = self.model.backward(mb, grads, need_input_grads=self.stage > 0)
+            out = chunk.model.backward(mb, grads, need_input_grads=chunk.stage > 0)
             if not self.asynchronous:
-                self.model.accumulate(mb)
+                chunk.model.accumulate(mb)
             return out
-        grad_inputs = self._compute(f"B{mb}", run)
+        self._backward_done(mb, c, self._compute(f"B{mb}", run), finished=True)
+
+    def backward_input(self, mb: int, c: int = 0) -> None:
+        """Zero bubble's I: the input gradient, sent on at once; the weight gradient waits for W."""
+        chunk = self.chunks[c]
+        grads = None if chunk.stage == self.n_stages - 1 else self._received.pop(("B", mb, c))
+        grad_inputs = self._compute(f"I{mb}", lambda: chunk.model.backward_input(
+            mb, grads, need_input_grads=chunk.stage > 0))
+        self._backward_done(mb, c, grad_inputs, finished=False)
+
+    def backward_weight(self, mb: int, c: int = 0) -> None:
+        chunk = self.chunks[c]
+
+        def run():
+            chunk.model.backward_weight(mb)
+            chunk.model.accumulate(mb)       # zero-bubble schedules are flush schedules
+        self._compute(f"W{mb}", run)
+        if self.lead and chunk.stage == 0:
+            self.rec.completions.append(time.perf_counter())
+
+    def _backward_done(self, mb: int, c: int, grad_inputs, finished: bool) -> None:
         if not self.lead:
             return
-        if self.stage > 0:
-            self._outbox[("B", mb)] = grad_inputs
-        else:
+        if self.chunks[c].stage > 0:
+            self._outbox[("B", mb, c)] = grad_inputs
+        elif finished:
             self.rec.completions.append(time.perf_counter())
 
     # point to point ------------------------------------------------------------------------------
-    def _send(self, kind: str, mb: int, dst: int) -> None:
+    def _tag(self, kind: str, mb: int, to_stage: int, j: int) -> int:
+        """One tag per message: a pair of devices may carry activations and gradients of several chunks."""
+        return ((mb * 2 + (kind == "B")) * self.n_stages + to_stage) * 16 + j
+
+    def _send(self, kind: str, mb: int, c: int) -> None:
         if not self.lead:
             return
+        chunk = self.chunks[c]
+        dst, to_stage = (chunk.next_rank, chunk.stage + 1) if kind == "F" else (chunk.prev_rank, chunk.stage - 1)
         group = self.p2p_groups.get((self.rank, dst))
-        for j, tensor in enumerate(self._outbox.pop((kind, mb))):
-            self._sends.add(dist.isend(self.placement.to_wire(tensor.contiguous()), dst, tag=mb * 16 + j,
-                                       group=group))
+        for j, tensor in enumerate(self._outbox.pop((kind, mb, c))):
+            self._sends.add(dist.isend(self.placement.to_wire(tensor.contiguous()), dst,
+                                       tag=self._tag(kind, mb, to_stage, j), group=group))
 
     def _post_recvs(self) -> None:
         """Keep the next RECV_LOOKAHEAD receives posted, so a message travels as soon as it is sent
         (gloo and NCCL move a point-to-point message only once its receive is posted; PipeDream's
         runtime posts them ahead the same way), as the simulator's transfers do."""
         while len(self._posted) < RECV_LOOKAHEAD and self._pending_recvs:
-            action, mb = self._pending_recvs.popleft()
-            kind, (src, shapes) = action[-1], _RECV_FROM[action](self)
+            action, mb, c = self._pending_recvs.popleft()
+            kind, (src, shapes) = action[-1], _RECV_FROM[action](self.chunks[c])
             tensors = tuple(self.placement.empty(shape) for shape in shapes)
             group = self.p2p_groups.get((src, self.rank))
-            works = [dist.irecv(t, src, tag=mb * 16 + j, group=group) for j, t in enumerate(tensors)]
-            self._posted[(kind, mb)] = (src, tensors, works)
+            works = [dist.irecv(t, src, tag=self._tag(kind, mb, self.chunks[c].stage, j), group=group)
+                     for j, t in enumerate(tensors)]
+            self._posted[(kind, mb, c)] = (src, tensors, works)
 
-    def _recv(self, kind: str, mb: int) -> None:
+    def _recv(self, kind: str, mb: int, c: int) -> None:
         if not self.lead:
-            self._recv_from_lead(kind, mb)
+            self._recv_from_lead(kind, mb, c)
             return
         t0 = time.perf_counter()
-        src, tensors, works = self._posted.pop((kind, mb))
+        src, tensors, works = self._posted.pop((kind, mb, c))
         # Refill before waiting (so RECV_LOOKAHEAD receives besides this one are posted meanwhile):
         # posting an irecv sometimes blocks for milliseconds (median 66 us, mean 1 ms, max 5 ms in a
         # 2-stage 1F1B on 2 cores), and here that overlaps the wait instead of delaying the compute
@@ -165,19 +212,19 @@ class StageRank:
             self.rec.waiting_on = self.tp_ranks[1:]
             for t in tensors:                # to the other members (_recv_from_lead)
                 dist.broadcast(t, src=self.rank, group=self.tp.group)
-        self._received[(kind, mb)] = tuple(self.placement.from_wire(t) for t in tensors)
+        self._received[(kind, mb, c)] = tuple(self.placement.from_wire(t) for t in tensors)
         self.placement.synchronize()         # so the message's arrival is waiting, not the next compute
         self.rec.span(f"wait {kind}{mb}", "wait", t0, time.perf_counter())
 
-    def _recv_from_lead(self, kind: str, mb: int) -> None:
+    def _recv_from_lead(self, kind: str, mb: int, c: int) -> None:
         """A tensor-parallel member: what the lead received, by a broadcast in the group."""
         t0 = time.perf_counter()
-        _, shapes = _RECV_FROM[f"RECV_{kind}"](self)
+        _, shapes = _RECV_FROM[f"RECV_{kind}"](self.chunks[c])
         tensors = tuple(self.placement.empty(shape) for shape in shapes)
         self.rec.waiting_on = self.tp_ranks[:1]
         for t in tensors:
             dist.broadcast(t, src=self.tp_ranks[0], group=self.tp.group)
-        self._received[(kind, mb)] = tuple(self.placement.from_wire(t) for t in tensors)
+        self._received[(kind, mb, c)] = tuple(self.placement.from_wire(t) for t in tensors)
         self.placement.synchronize()
         self.rec.span(f"wait {kind}{mb}", "wait", t0, time.perf_counter())
 
@@ -195,8 +242,8 @@ class StageRank:
         self._changed(mb // self.nm, f"U{mb}", lambda: self.model.update(mb))
         self.applied = mb + 1
 
-    def step(self, wave: int) -> None:
-        self._changed(wave, f"STEP{wave}", self.model.step)
+    def step(self, wave: int, c: int = 0) -> None:
+        self._changed(wave, f"STEP{wave}", self.chunks[c].model.step)
         self.applied = (wave + 1) * self.nm
         if self.checkpoint is not None:
             self.checkpoint(wave)
@@ -217,17 +264,18 @@ class StageRank:
         self.rec.gates.append((self.vw, self.stage, wave, held, clock))
         self.rec.span(f"pull {wave}", "sync", t0, t1)
 
-    def allreduce(self, wave: int) -> None:
+    def allreduce(self, wave: int, c: int = 0) -> None:
         """BSP: average the wave's gradients with the same stage of every VW (ring all-reduce in gloo)."""
         t0 = time.perf_counter()
-        self.rec.waiting_on = self.group_ranks
-        flat = self.model.wave_flat()
+        chunk = self.chunks[c]
+        self.rec.waiting_on = chunk.group_ranks
+        flat = chunk.model.wave_flat()
         wire = self.placement.to_wire(flat)
-        dist.all_reduce(wire, group=self.group)
+        dist.all_reduce(wire, group=chunk.group)
         if wire is not flat:
             flat.copy_(wire)
         self.placement.synchronize()         # NCCL: the host goes on at once; the wait belongs here
-        self.model.scale_wave(1.0 / self.n_vw)
+        chunk.model.scale_wave(1.0 / self.n_vw)
         self.rec.span(f"allreduce {wave}", "sync", t0, time.perf_counter())
 
     def group_sync(self, wave: int) -> None:
@@ -241,7 +289,7 @@ class StageRank:
 
 RECV_LOOKAHEAD = 2
 # Where each kind of receive comes from and the shapes it brings.
-_RECV_FROM = {"RECV_F": lambda r: (r.prev_rank, r.in_shapes), "RECV_B": lambda r: (r.next_rank, r.out_shapes)}
+_RECV_FROM = {"RECV_F": lambda c: (c.prev_rank, c.in_shapes), "RECV_B": lambda c: (c.next_rank, c.out_shapes)}
 
 
 def _inject(kind: str) -> None:
@@ -252,12 +300,20 @@ def _inject(kind: str) -> None:
         time.sleep(1.0)
 
 
+def _chunk0(method):
+    """Actions that only single-chunk schedules use (asynchronous updates, WSP, SDPipe)."""
+    return lambda r, index, c: method(r, index)
+
+
+# Each handler gets (rank, action index, action chunk).
 _HANDLERS = {
     "F": StageRank.forward, "B": StageRank.backward,
-    "SEND_F": lambda r, mb: r._send("F", mb, r.next_rank),
-    "SEND_B": lambda r, mb: r._send("B", mb, r.prev_rank),
-    "RECV_F": lambda r, mb: r._recv("F", mb),
-    "RECV_B": lambda r, mb: r._recv("B", mb),
-    "UPDATE": StageRank.update, "STEP": StageRank.step, "PUSH": StageRank.push, "PULL": StageRank.pull,
-    "ALLREDUCE": StageRank.allreduce, "GROUP_SYNC": StageRank.group_sync,
+    "I": StageRank.backward_input, "W": StageRank.backward_weight,
+    "SEND_F": lambda r, mb, c: r._send("F", mb, c),
+    "SEND_B": lambda r, mb, c: r._send("B", mb, c),
+    "RECV_F": lambda r, mb, c: r._recv("F", mb, c),
+    "RECV_B": lambda r, mb, c: r._recv("B", mb, c),
+    "STEP": StageRank.step, "ALLREDUCE": StageRank.allreduce,
+    "UPDATE": _chunk0(StageRank.update), "PUSH": _chunk0(StageRank.push), "PULL": _chunk0(StageRank.pull),
+    "GROUP_SYNC": _chunk0(StageRank.group_sync),
 }

@@ -6,6 +6,11 @@ tensors a forward used: the backward of that minibatch differentiates through th
 (PipeDream's weight stashing, SOSP'19 §3.3) at no copying cost, and the gradient is then applied to
 the newest weights. With nothing in flight on the current weights an update works in place. Flush schedules accumulate gradients over a wave and
 take one step (GPipe / PipeDream-Flush).
+
+Zero-bubble schedules split a backward in two (Qi et al., ICLR'24): `backward_input` differentiates
+the stage's inputs and every layer's output (torch.autograd.grad with retain_graph, no weight
+gradient computed), and `backward_weight`, later, each layer's weights from its output's gradient
+alone, so the second pass does only the weight-gradient work and the sum equals one backward.
 """
 
 from __future__ import annotations
@@ -31,10 +36,19 @@ class _StageModule(nn.Module):
         self.layers = graph.layers          # registered, so functional_call can swap their weights
         self.graph, self.lo, self.hi = graph, lo, hi
         self.inputs = graph.crossing(lo)
+        self.keep_layer_outputs = False
+        self.layer_outputs: list[torch.Tensor] = []
 
     def forward(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        out = self.graph.run(self.lo, self.hi, dict(zip(self.inputs, tensors)))
-        return tuple(out[k] for k in self.graph.crossing(self.hi))
+        if not self.keep_layer_outputs:
+            out = self.graph.run(self.lo, self.hi, dict(zip(self.inputs, tensors)))
+            return tuple(out[k] for k in self.graph.crossing(self.hi))
+        # As graph.run, keeping every layer's output for a split backward.
+        values = dict(zip(self.inputs, tensors))
+        for i in range(self.lo, self.hi):
+            values[i] = self.layers[i](*(values[p] for p in self.graph.preds[i]))
+        self.layer_outputs = [values[i] for i in range(self.lo, self.hi)]
+        return tuple(values[k] for k in self.graph.crossing(self.hi))
 
 
 @dataclass
@@ -45,6 +59,8 @@ class InFlight:
     inputs: tuple[torch.Tensor, ...]
     outputs: tuple[torch.Tensor, ...]
     loss: torch.Tensor | None
+    layer_outputs: list[torch.Tensor]        # split backward only: each layer's output
+    layer_grads: list[torch.Tensor | None] | None = None   # their gradients, once backward_input ran
 
 
 class StageModel:
@@ -59,6 +75,7 @@ class StageModel:
         named = [(f"layers.{i}.{n}", p) for i in range(lo, hi)
                  for n, p in graph.layers[i].named_parameters()]
         self.names = [n for n, _ in named]
+        self._layer_of = [int(n.split(".")[1]) - lo for n in self.names]    # weight -> layer in the stage
         self.weights = [p.detach().clone() for _, p in named]
         self.is_last, self.lr, self.momentum = is_last, lr, momentum
         self.loss_fn = loss_fn            # modelzoo.tasks' loss, or a tensor-parallel head's (modelzoo.tp)
@@ -91,7 +108,9 @@ class StageModel:
                        for t in inputs)
         outputs = functional_call(self.module, dict(zip(self.names, leaves)), inputs, strict=False)
         loss = self.loss_fn(outputs[0], labels) if self.is_last else None    # per sample or per token
-        self.inflight[mb] = InFlight(self.version, self.weights, leaves, inputs, outputs, loss)
+        self.inflight[mb] = InFlight(self.version, self.weights, leaves, inputs, outputs, loss,
+                                     self.module.layer_outputs)
+        self.module.layer_outputs = []
         live = {r.version for r in self.inflight.values()} | {self.version}
         self.peak_versions = max(self.peak_versions, len(live))
         return tuple(o.detach() for o in outputs)
@@ -100,24 +119,66 @@ class StageModel:
                  need_input_grads: bool) -> tuple[torch.Tensor, ...]:
         """Gradients of minibatch `mb` through the weights its forward used (the stash)."""
         rec = self.inflight.pop(mb)
-        # Which version the backward differentiates through, read from the tensors themselves.
-        used = self._ptr_version.get(rec.leaves[0].data_ptr(), -1) if rec.leaves else rec.version
-        self.versions.append((mb, rec.version, used, self.version))
-        if self.is_last:
-            roots, root_grads = [rec.loss], None
-        else:
-            pairs = [(o, g) for o, g in zip(rec.outputs, grad_outputs) if o.requires_grad]
-            roots, root_grads = [p[0] for p in pairs], [p[1] for p in pairs]
+        roots, root_grads = self._roots(rec, grad_outputs)
         wanted = list(rec.leaves) + (list(rec.inputs) if need_input_grads else [])
         grads = torch.autograd.grad(roots, wanted, root_grads, allow_unused=True)
-        weight_grads = [torch.zeros_like(w) if g is None else g
-                        for w, g in zip(rec.leaves, grads[:len(rec.leaves)])]
-        self._release(rec.version, rec.weights)
-        self._collect(mb, weight_grads)
+        self._weights_done(mb, rec, grads[:len(rec.leaves)])
         if not need_input_grads:
             return ()
-        return tuple(torch.zeros_like(t) if g is None else g
-                     for t, g in zip(rec.inputs, grads[len(rec.leaves):]))
+        return _or_zeros(rec.inputs, grads[len(rec.leaves):])
+
+    def backward_input(self, mb: int, grad_outputs: tuple[torch.Tensor, ...] | None,
+                       need_input_grads: bool) -> tuple[torch.Tensor, ...]:
+        """Split backward, first half: gradients of the inputs and of each layer's output (kept for
+        backward_weight); no weight gradient is computed (autograd runs only what the inputs need)."""
+        if not self.split_backward:
+            # Without the layer outputs backward_weight would find nothing to differentiate: zero gradients.
+            raise RuntimeError("backward_input on a stage built without split_backward = True")
+        rec = self.inflight[mb]
+        roots, root_grads = self._roots(rec, grad_outputs)
+        inputs = list(rec.inputs) if need_input_grads else []
+        outs = [i for i, o in enumerate(rec.layer_outputs) if isinstance(o, torch.Tensor) and o.requires_grad]
+        grads = torch.autograd.grad(roots, inputs + [rec.layer_outputs[i] for i in outs], root_grads,
+                                    retain_graph=True, allow_unused=True)
+        rec.layer_grads = [None] * len(rec.layer_outputs)
+        for i, g in zip(outs, grads[len(inputs):]):
+            rec.layer_grads[i] = g
+        return _or_zeros(rec.inputs, grads[:len(inputs)]) if need_input_grads else ()
+
+    def backward_weight(self, mb: int) -> None:
+        """Split backward, second half: each layer's weight gradients from its output's gradient, one
+        layer at a time, so autograd walks only that layer (never back into the ones before it)."""
+        rec = self.inflight.pop(mb)
+        grads: list[torch.Tensor | None] = [None] * len(rec.leaves)
+        for layer, (out, g) in enumerate(zip(rec.layer_outputs, rec.layer_grads)):
+            mine = [j for j, l in enumerate(self._layer_of) if l == layer]
+            if not mine or g is None:
+                continue
+            for j, grad in zip(mine, torch.autograd.grad(out, [rec.leaves[j] for j in mine], g, allow_unused=True)):
+                grads[j] = grad
+        self._weights_done(mb, rec, grads)
+
+    @property
+    def split_backward(self) -> bool:
+        return self.module.keep_layer_outputs
+
+    @split_backward.setter
+    def split_backward(self, on: bool) -> None:
+        self.module.keep_layer_outputs = on
+
+    def _roots(self, rec: InFlight, grad_outputs):
+        """What a backward starts from: the loss on the last stage, else the outputs with their gradients."""
+        if self.is_last:
+            return [rec.loss], None
+        pairs = [(o, g) for o, g in zip(rec.outputs, grad_outputs) if o.requires_grad]
+        return [p[0] for p in pairs], [p[1] for p in pairs]
+
+    def _weights_done(self, mb: int, rec: InFlight, grads) -> None:
+        # Which version the backward differentiated through, read from the tensors themselves.
+        used = self._ptr_version.get(rec.leaves[0].data_ptr(), -1) if rec.leaves else rec.version
+        self.versions.append((mb, rec.version, used, self.version))
+        self._release(rec.version, rec.weights)
+        self._collect(mb, list(_or_zeros(rec.leaves, grads)))
 
     def _collect(self, mb: int, grads: list[torch.Tensor]) -> None:
         self.grads[mb] = grads
@@ -212,6 +273,11 @@ class StageModel:
             self._ptr_version = {p: v for p, v in self._ptr_version.items() if p in keep}
         if self.weights:
             self._ptr_version[self.weights[0].data_ptr()] = self.version
+
+
+def _or_zeros(like, grads) -> tuple[torch.Tensor, ...]:
+    """Autograd's None (no path) as zeros shaped like the tensor it is the gradient of."""
+    return tuple(torch.zeros_like(t) if g is None else g for t, g in zip(like, grads))
 
 
 def _views(flat: torch.Tensor, like: list[torch.Tensor]) -> list[torch.Tensor]:

@@ -22,7 +22,7 @@ from executor.layout import RankLayout, rank_layout, shard_indices
 from executor.options import ExecOptions
 from executor.placement import CPU, Placement, gpu_count, placement_for, uses_nccl
 from executor.record import RankRecord
-from executor.runner import StageRank
+from executor.runner import Chunk, StageRank
 from executor.sdpipe import GroupScheduler, GroupSyncClient
 from executor.stage import StageModel
 from executor.wsp import ParameterServer, Span, WspClient
@@ -32,7 +32,7 @@ from hetsim.feasibility import vw_schedule
 from hetsim.parameter_servers import ps_shards
 from hetsim.plan import ASYNC_SCHEDULES, Plan
 from hetsim.profile import ModelProfile
-from hetsim.schedule import Action, Schedule
+from hetsim.schedule import Action, Schedule, schedule_kind
 
 __all__ = ["Job", "run_rank", "job_layout", "layer_values", "check_tp_layers"]
 
@@ -62,8 +62,9 @@ class Job:
     model_kwargs: tuple[tuple[str, object], ...] = ()   # constructor arguments, e.g. (("hidden", 1024),)
 
     def schedules(self) -> list[Schedule]:
-        if self.plan.schedule == "hetpipe" and self.profile is None:
-            raise PlanError("executor: the hetpipe schedule is ordered by the profile's costs; pass --profile")
+        if schedule_kind(self.plan.schedule).needs_costs and self.profile is None:
+            raise PlanError(f"executor: the {self.plan.schedule} schedule is ordered by the profile's costs; "
+                            "pass --profile")
         profile = self.profile.scaled_to_batch(self.plan.minibatch_size) if self.profile else None
         return [vw_schedule(self.plan, vw, self.cluster, profile, self.options.waves)
                 for vw in self.plan.virtual_workers]
@@ -80,6 +81,7 @@ def job_layout(job: Job, n_layers: int) -> RankLayout:
 
 def _check_supported(job: Job) -> None:
     if job.options.checkpoint_dir and (job.plan.schedule in ASYNC_SCHEDULES
+                                       or any(vw.chunks > 1 for vw in job.plan.virtual_workers)
                                        or job.plan.sync.mode not in ("none", "bsp")):
         raise PlanError("executor: checkpoints need a flush schedule (gpipe, 1f1b-flush) with sync none or "
                         f"bsp (a consistent cut after each wave); plan {job.plan.name} uses "
@@ -90,7 +92,11 @@ def _check_supported(job: Job) -> None:
         raise PlanError(f"executor: device {device!r}: torch {torch.__version__} sees no CUDA device here; use cpu")
     if device.startswith("cuda:") and int(device[5:]) >= gpu_count():
         raise PlanError(f"executor: device {device!r}: this host has {gpu_count()} CUDA device(s)")
-    n_stages = len(job.plan.gpus)                                  # a rank per tensor-parallel member
+    n_stages = len(set(job.plan.gpus))                             # a rank per tensor-parallel member
+    if schedule_kind(job.plan.schedule).virtual_stages and uses_nccl(device, job.options.backend, n_stages):
+        # NCCL matches a link's messages by order, not tag, and two chunks' messages share each link.
+        raise PlanError(f"executor: schedule {job.plan.schedule} runs over gloo only (its chunks share each "
+                        "link, told apart by tag, which NCCL ignores); pass --backend gloo")
     one_gpu = device.startswith("cuda:") and n_stages > 1          # every rank on the GPU named
     if job.options.backend == "nccl" and (n_stages > gpu_count() or one_gpu):
         raise PlanError(f"executor: backend nccl needs a GPU per stage rank (NCCL refuses two ranks on one "
@@ -265,6 +271,14 @@ def _serve(job: Job, layout: RankLayout, graph, numel, shards, j: int) -> None:
                     pull_offset=job.plan.sync.offset_for(job.plan.schedule)).serve()
 
 
+def _bsp_peers(plan: Plan, layout: RankLayout, stage: int, member: int) -> list[int]:
+    """Member `member` of stage `stage` in every VW: only BSP all-reduces across VWs (and requires
+    equal stages); under WSP the VWs may have different numbers of stages."""
+    if plan.sync.mode != "bsp":
+        return []
+    return [layout.member_ranks(v, stage)[member] for v in range(len(plan.virtual_workers))]
+
+
 def _group_sync_client(plan: Plan, layout: RankLayout, role, n_stages: int, record) -> GroupSyncClient | None:
     if plan.sync.mode != "sdpipe":
         return None
@@ -280,32 +294,26 @@ def _stage(job: Job, layout, role, graph, task: Task, values, numel, shards, rec
     n_stages = len(plan.virtual_workers[vw].stages)
     lo, hi = role.layers
     batch = plan.minibatch_size
-    shapes = lambda cut: [(batch, *values[k].shape[1:]) for k in graph.crossing(cut)]
     data = SyntheticData(task=task, mode=opts.data, seed=opts.seed, batch=batch)
     record.tokens_per_sample = task.tokens_per_sample
     tp = None
     if role.tp > 1:                          # this member's share of the layers (modelzoo.tp)
         tp = TPComm(role.tp_rank, role.tp, tp_group, placement.wire)
         split_stage(graph, lo, hi, tp)
-    model = StageModel(graph, lo, hi, is_last=s == n_stages - 1, lr=opts.lr, momentum=opts.momentum,
-                       device=placement.compute, loss_fn=stage_loss(graph, hi))
+    chunks = _chunks(job, layout, role, graph, values, groups, placement)
+    model = chunks[0].model
     wsp = None
-    model.track_deltas = plan.sync.mode == "wsp"
-    model.flat_grads = plan.sync.mode == "bsp"
     if plan.sync.mode == "wsp":
         ps = [r.rank for r in layout.ps_ranks]
         wsp = WspClient(vw=vw, stage=s, ps_ranks=ps,
                         shard_ranges=[shard_indices(numel, shards, j, lo, hi) for j in range(len(ps))],
                         device=placement.compute)
     runner = StageRank(
-        vw=vw, stage=s, n_stages=n_stages, nm=plan.nm, asynchronous=plan.schedule in ASYNC_SCHEDULES,
-        model=model, data=data, in_shapes=shapes(lo), out_shapes=shapes(hi),
-        prev_rank=layout.stage_rank(vw, s - 1) if s > 0 else None,
-        next_rank=layout.stage_rank(vw, s + 1) if s + 1 < n_stages else None,
+        vw=vw, n_stages=n_stages, nm=plan.nm, asynchronous=schedule_kind(plan.schedule).asynchronous,
+        chunks=chunks, data=data,
         emulation=Emulation(opts.slowdown.get(role.gpu, 1.0), placement), record=record, wsp=wsp,
-        group=groups.get((s, role.tp_rank), (None, []))[0], n_vw=len(plan.virtual_workers),
-        group_ranks=[layout.member_ranks(v, s)[role.tp_rank] for v in range(len(plan.virtual_workers))],
-        fault=opts.fault_spec, rank=role.rank, sdpipe=_group_sync_client(plan, layout, role, n_stages, record),
+        n_vw=len(plan.virtual_workers), fault=opts.fault_spec, rank=role.rank,
+        sdpipe=_group_sync_client(plan, layout, role, n_stages, record),
         placement=placement, p2p_groups=p2p, tp=tp, tp_ranks=layout.member_ranks(vw, s))
     if opts.checkpoint_dir:
         runner.checkpoint = _saver(opts.checkpoint_dir, role.rank, runner)
@@ -316,6 +324,33 @@ def _stage(job: Job, layout, role, graph, task: Task, values, numel, shards, rec
         start = actions.index(Action("STEP", resume)) + 1
     runner.run(actions, start)
     record.versions = model.versions
-    record.weights_bytes = model.numel * 4
+    record.weights_bytes = sum(c.model.numel for c in chunks) * 4
     record.stash_peak_versions = model.peak_versions
-    record.final_weights = hashlib.sha256(model.flat().cpu().numpy().tobytes()).hexdigest()[:16]
+    flat = torch.cat([c.model.flat().cpu() for c in chunks])
+    record.final_weights = hashlib.sha256(flat.numpy().tobytes()).hexdigest()[:16]
+
+
+def _chunks(job: Job, layout: RankLayout, role, graph, values, groups, placement: Placement) -> list[Chunk]:
+    """The model chunks this rank runs: its stage, or under virtual stages every stage j with
+    j mod p = its device (each built from a fresh copy of the model, same seed, as a StageModel
+    keeps only its own layers of the graph it is given)."""
+    plan, opts = job.plan, job.options
+    spec = plan.virtual_workers[role.vw]
+    kind = schedule_kind(plan.schedule)
+    batch, n_stages = plan.minibatch_size, len(spec.stages)
+    shapes = lambda cut: [(batch, *values[k].shape[1:]) for k in graph.crossing(cut)]
+    out = []
+    for c, s in enumerate(range(role.stage, n_stages, spec.n_devices)):
+        g = graph if c == 0 else _model(job)[0]
+        lo, hi = spec.stages[s].layers
+        model = StageModel(g, lo, hi, is_last=s == n_stages - 1, lr=opts.lr, momentum=opts.momentum,
+                           device=placement.compute, loss_fn=stage_loss(g, hi))
+        model.split_backward = kind.split_backward
+        model.track_deltas = plan.sync.mode == "wsp"
+        model.flat_grads = plan.sync.mode == "bsp"
+        out.append(Chunk(stage=s, model=model, in_shapes=shapes(lo), out_shapes=shapes(hi),
+                         prev_rank=layout.stage_rank(role.vw, s - 1) if s > 0 else None,
+                         next_rank=layout.stage_rank(role.vw, s + 1) if s + 1 < n_stages else None,
+                         group=groups.get((s, role.tp_rank), (None, []))[0],
+                         group_ranks=_bsp_peers(plan, layout, s, role.tp_rank)))
+    return out

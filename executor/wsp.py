@@ -1,7 +1,8 @@
 """Wave Synchronous Parallel through parameter-server ranks (HetPipe, ATC'20 §5), the protocol
 hetsim.sim.wsp models: each stage pushes its wave's aggregated update once per wave to every shard;
-a VW's clock advances when all its stages' pushes of that wave have arrived (in wave order); the
-global clock is the minimum; the pull before wave w is answered once global clock >= w - pull_offset - D.
+each shard keeps the clocks and answers pulls by hetsim.wsp_clock's rule (a VW's clock advances when
+all its stages' pushes of a wave have arrived, in wave order; the pull before wave w is answered once
+the global clock is >= w - pull_offset - D).
 
 Weights after a pull are the global weights plus this stage's own updates the server has not
 received yet (it tells how many pushes it holds), so no local update is lost or counted twice.
@@ -16,6 +17,7 @@ import torch
 import torch.distributed as dist
 
 from executor.pending import PendingSends
+from hetsim.wsp_clock import WaveClocks
 
 __all__ = ["ParameterServer", "WspClient", "Span", "PUSH", "PULL"]
 
@@ -72,19 +74,12 @@ class ParameterServer:
         self.weights = global_flat.clone()
         self.stage_index = stage_index
         self.by_rank = {rank: key for key, (rank, _) in stage_index.items()}
-        self.n_stages, self.waves = n_stages, waves
-        self.D, self.offset = staleness_bound, pull_offset
-        self.c_local = [0] * len(n_stages)
+        self.waves = waves
+        self.clocks = WaveClocks(n_stages, staleness_bound, pull_offset)
         self.pushes = {key: 0 for key in stage_index}
-        self._arrived: dict[tuple[int, int], int] = {}
-        self._waiting: list[tuple[int, int, int]] = []      # (clock needed, rank, wave)
         # One receive buffer, reused: a fresh one per push (a stage's whole update, often above
         # malloc's mmap threshold) would be mapped and faulted in anew every wave.
         self._inbox = torch.empty(max((span.numel for _, span in stage_index.values()), default=0))
-
-    @property
-    def c_global(self) -> int:
-        return min(self.c_local)
 
     def serve(self) -> None:
         expected = sum(self.waves + (self.waves - 1) for _ in self.stage_index)
@@ -95,10 +90,10 @@ class ParameterServer:
             if kind == PUSH:
                 self._push(src, vw, stage, wave)
             else:
-                self._waiting.append((wave - self.offset - self.D, src, wave))
+                self.clocks.wait(wave, (src, wave))
             self._answer_ready()
-        if self._waiting:
-            raise RuntimeError(f"parameter server: pulls never answered: {self._waiting}")
+        if self.clocks.waiting:
+            raise RuntimeError(f"parameter server: pulls (rank, wave) never answered: {self.clocks.waiting}")
 
     def _push(self, src: int, vw: int, stage: int, wave: int) -> None:
         _, span = self.stage_index[(vw, stage)]
@@ -107,19 +102,14 @@ class ParameterServer:
             dist.recv(update, src=src, tag=_PAYLOAD)
             span.add_(self.weights, update)
         self.pushes[(vw, stage)] += 1
-        key = (vw, wave)
-        self._arrived[key] = self._arrived.get(key, 0) + 1
-        while self._arrived.get((vw, self.c_local[vw]), 0) == self.n_stages[vw]:
-            del self._arrived[(vw, self.c_local[vw])]
-            self.c_local[vw] += 1
+        self.clocks.landed(vw, wave)
 
     def _answer_ready(self) -> None:
-        ready = [w for w in self._waiting if w[0] <= self.c_global]
-        self._waiting = [w for w in self._waiting if w[0] > self.c_global]
-        for _, rank, _wave in ready:
+        for rank, _wave in self.clocks.released():
             key = self.by_rank[rank]
             _, span = self.stage_index[key]
-            dist.send(torch.tensor([self.c_global, self.pushes[key]], dtype=torch.long), rank, tag=_REPLY)
+            reply = torch.tensor([self.clocks.c_global, self.pushes[key]], dtype=torch.long)
+            dist.send(reply, rank, tag=_REPLY)
             if span.numel:                   # a blocking send: the weights cannot change under it
                 dist.send(span.gather(self.weights), rank, tag=_WEIGHTS)
 

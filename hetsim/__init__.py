@@ -3,7 +3,9 @@
     import hetsim
     report = hetsim.simulate()                       # the built-in HetPipe example
     print(report.throughput["samples_per_s"])
-    report.write("out/", plots=True)
+    report.write("out/")                             # report.json, CSV tables, trace.json
+    from hetsim.plots import plot_report
+    plot_report(report, "out/")                      # timeline.png, utilisation.png
 
 The simulator (and simpy) load only when `simulate` is called, so the executor can import hetsim's
 data model without them.
@@ -18,7 +20,8 @@ from hetsim.cluster import Cluster, load_cluster
 from hetsim.data import DEFAULT_CLUSTER, DEFAULT_PLAN, DEFAULT_PROFILE
 from hetsim.errors import HetsimError, PlanError, ScheduleError, SimulationError, SpecError
 from hetsim.plan import Plan, load_plan
-from hetsim.profile import ModelProfile, load_profile
+from hetsim.profile import ModelProfile
+from hetsim.profile_files import load_profile
 from hetsim.report import Report
 
 __version__ = "0.1.0"

@@ -14,7 +14,8 @@ import argparse
 from dataclasses import dataclass
 
 from hetsim.gpu import GpuType, load_gpu_types
-from hetsim.profile import LayerProfile, ModelProfile, save_profile
+from hetsim.profile import LayerProfile, ModelProfile
+from hetsim.profile_files import save_profile
 from hetsim.roofline import roofline_s
 
 __all__ = ["vgg_profile", "VGG_CONFIGS"]

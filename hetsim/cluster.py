@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from hetsim.data import resolve
@@ -47,7 +48,7 @@ class Node:
     name: str
     gpus: tuple[GpuSlot, ...]
     intra_link: LinkSpec
-    # When set, the node's devices are processes sharing this many CPU cores (see README, executor).
+    # When set, the node's devices are processes sharing this many CPU cores (see docs/executor.md).
     shared_cores: int | None = None
     # With shared_cores: compute there costs this many times its profiled CPU work, because the
     # processes evict each other's data from the per-core caches (executor.colocation measures it).
@@ -78,14 +79,18 @@ class Cluster:
     description: str = ""
     paths: tuple[NodePath, ...] = ()
 
-    @property
+    @cached_property
     def gpus(self) -> tuple[GpuSlot, ...]:
         return tuple(g for node in self.nodes for g in node.gpus)
 
+    @cached_property
+    def _gpu_by_id(self) -> dict[str, GpuSlot]:
+        # Planner and simulator look GPUs up per stage; a scan made a 512-GPU plan check quadratic.
+        return {g.id: g for g in self.gpus}
+
     def gpu(self, gpu_id: str) -> GpuSlot:
-        for slot in self.gpus:
-            if slot.id == gpu_id:
-                return slot
+        if gpu_id in self._gpu_by_id:
+            return self._gpu_by_id[gpu_id]
         near = difflib.get_close_matches(gpu_id, [g.id for g in self.gpus], n=1)
         hint = f"; did you mean {near[0]!r}?" if near else ""
         raise PlanError(f"cluster {self.name}: no GPU {gpu_id!r} (GPUs are named node/gpuN){hint}")

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from hetsim.errors import SpecError
 
-__all__ = ["data_root", "resolve", "DEFAULT_CLUSTER", "DEFAULT_PROFILE", "DEFAULT_PLAN"]
+__all__ = ["data_root", "resolve", "pipedream_profiles", "pipedream_profile",
+           "DEFAULT_CLUSTER", "DEFAULT_PROFILE", "DEFAULT_PLAN"]
 
 DEFAULT_CLUSTER = "hetpipe_4node"
 DEFAULT_PROFILE = "vgg19_b32_analytic"
@@ -19,6 +20,20 @@ _KIND_DIRS = {"gpu": "gpus", "cluster": "clusters", "profile": "models", "plan":
 def data_root() -> Path:
     """The gpu_profiles/ folder, from a checkout or an installed wheel alike."""
     return Path(str(resources.files("gpu_profiles")))
+
+
+def pipedream_profiles() -> Path:
+    """The folder of PipeDream's published graph.txt profiles (MIT; LICENSE.txt beside them)."""
+    return data_root() / "pipedream"
+
+
+def pipedream_profile(model: str) -> Path:
+    """The shipped PipeDream graph.txt of `model` (e.g. "vgg16"), or a SpecError listing those shipped."""
+    path = pipedream_profiles() / f"{model}.txt"
+    if model == "LICENSE" or not path.is_file():
+        shipped = sorted(p.stem for p in pipedream_profiles().glob("*.txt") if p.stem != "LICENSE")
+        raise SpecError(f"{model}: no shipped PipeDream profile of that name (shipped: {', '.join(shipped)})")
+    return path
 
 
 def resolve(kind: str, name_or_path: str | Path) -> Path:

@@ -7,10 +7,10 @@ from hetsim.errors import PlanError
 from hetsim.memory import GIB, MemorySettings, StageMemory, stage_memory
 from hetsim.plan import ASYNC_SCHEDULES, Plan, VirtualWorker
 from hetsim.profile import ModelProfile
-from hetsim.schedule import Schedule, build_schedule
+from hetsim.schedule import Schedule, build_schedule, schedule_kind
 from hetsim.topology import Topology
 
-__all__ = ["check_plan", "plan_memory", "vw_schedule"]
+__all__ = ["check_plan", "check_structure", "plan_memory", "vw_schedule"]
 
 
 def check_plan(plan: Plan, cluster: Cluster, profile: ModelProfile, waves: int = 4) -> dict[str, StageMemory]:
@@ -18,8 +18,10 @@ def check_plan(plan: Plan, cluster: Cluster, profile: ModelProfile, waves: int =
 
     `profile` must already be at the plan's minibatch size (see ModelProfile.scaled_to_batch).
     """
-    _check_structure(plan, cluster, profile)
-    _check_sync(plan)
+    check_structure(plan, cluster, profile.n_layers, f"the profile of {profile.model}")
+    for vw in plan.virtual_workers:
+        for stage in vw.stages:
+            profile.require_gpu_type(cluster.gpu(stage.gpu).type.name)
     memory = plan_memory(plan, cluster, profile, waves)
     for vw in plan.virtual_workers:
         for s, stage in enumerate(vw.stages):
@@ -35,11 +37,12 @@ def check_plan(plan: Plan, cluster: Cluster, profile: ModelProfile, waves: int =
 
 
 def vw_schedule(plan: Plan, vw: VirtualWorker, cluster: Cluster, profile: ModelProfile,
-                waves: int) -> Schedule:
-    """One virtual worker's schedule IR; the hetpipe order is shaped by its stages' nominal costs."""
+                waves: int, topology: Topology | None = None) -> Schedule:
+    """One virtual worker's schedule IR; the hetpipe order is shaped by its stages' nominal costs.
+    `topology`: the cluster's, when the caller has one (building it costs O(GPUs) per call)."""
     costs = None
-    if plan.schedule == "hetpipe":
-        topology = Topology(cluster)
+    if schedule_kind(plan.schedule).needs_costs:
+        topology = topology or Topology(cluster)
         costs = []
         for s, stage in enumerate(vw.stages):
             times = profile.stage_times_tp(cluster.gpu(stage.gpu).type.name, *stage.layers, stage.tp)
@@ -51,45 +54,66 @@ def vw_schedule(plan: Plan, vw: VirtualWorker, cluster: Cluster, profile: ModelP
                         + profile.cut_bytes(stage.layers[1]) / topology.bottleneck_Bps(stage.gpu, nxt))
             costs.append((fwd, bwd, comm))
         costs = tuple(costs)
-    return build_schedule(plan.schedule, len(vw.stages), plan.nm, waves, plan.sync.mode, costs)
+    return build_schedule(plan.schedule, vw.n_devices, plan.nm, waves, plan.sync.mode, costs, vw.chunks)
 
 
 def plan_memory(plan: Plan, cluster: Cluster, profile: ModelProfile, waves: int = 4) -> dict[str, StageMemory]:
     """Peak memory of every GPU in the plan, from the in-flight counts of its schedule."""
     out = {}
     settings = MemorySettings.of(plan)
+    topology = Topology(cluster) if schedule_kind(plan.schedule).needs_costs else None
     for vw in plan.virtual_workers:
-        schedule = vw_schedule(plan, vw, cluster, profile, waves)
-        for s, stage in enumerate(vw.stages):
-            for member in stage.members:
-                out[member] = stage_memory(profile, *stage.layers, in_flight=schedule.in_flight(s),
-                                           asynchronous=plan.schedule in ASYNC_SCHEDULES,
-                                           settings=settings, tp=stage.tp,
-                                           reserve_bytes=cluster.gpu(member).type.framework_reserve_bytes)
+        schedule = vw_schedule(plan, vw, cluster, profile, waves, topology)
+        for d in range(schedule.n_stages):
+            # A device's chunks (one unless virtual stages), each with what it holds at the device's peak.
+            chunks = [vw.stages[schedule.virtual_stage(d, c)] for c in range(schedule.chunks)]
+            for member in chunks[0].members:
+                out[member] = _summed([stage_memory(profile, *stage.layers, in_flight=live,
+                                                    asynchronous=plan.schedule in ASYNC_SCHEDULES,
+                                                    settings=settings, tp=stage.tp,
+                                                    reserve_bytes=cluster.gpu(member).type.framework_reserve_bytes)
+                                       for stage, live in zip(chunks, schedule.live_at_peak(d))])
     return out
 
 
-def _check_structure(plan: Plan, cluster: Cluster, profile: ModelProfile) -> None:
+def _summed(parts: list[StageMemory]) -> StageMemory:
+    """One GPU holding several model chunks: their bytes add up; the framework reserve counts once."""
+    if len(parts) == 1:
+        return parts[0]
+    return StageMemory(**{f: sum(getattr(p, f) for p in parts) for f in StageMemory.__dataclass_fields__
+                          if f not in ("reserve_bytes", "tp", "versions")},
+                       versions=parts[0].versions, reserve_bytes=parts[0].reserve_bytes, tp=parts[0].tp)
+
+
+def check_structure(plan: Plan, cluster: Cluster | None, n_layers: int, model: str = "the model") -> None:
+    """Raise PlanError naming the field of the first rule broken that needs no costs: each GPU exists
+    and is used once, each VW's stages tile the `n_layers` layers of `model`, tensor-parallel groups
+    sit in one node, the sync mode fits the schedule and the cluster. simulate, plan, validate and the
+    executor all run this before any work. `cluster` None skips the rules about the cluster (validate
+    maps the plan onto this host, whose cluster is known only after measuring it)."""
     seen: dict[str, str] = {}
-    for vw in plan.virtual_workers:
+    for v, vw in enumerate(plan.virtual_workers):
         end = 0
         for s, stage in enumerate(vw.stages):
-            where = f"plan: {vw.name} stage {s}"
-            gpu = cluster.gpu(stage.gpu)
+            field, where = f"plan: virtual_workers[{v}].stages[{s}]", f"{vw.name} stage {s}"
             for member in stage.members:
-                if member in seen:
-                    raise PlanError(f"{where}: GPU {member} is already used by {seen[member]}")
-                seen[member] = f"{vw.name} stage {s}"
-            _check_tp_group(where, stage, cluster)
-            profile.require_gpu_type(gpu.type.name)
+                if member in seen and not _chunk_of_same_device(plan, vw, s, member):
+                    raise PlanError(f"{field}.gpu: {where}: GPU {member} is already used by {seen[member]}; "
+                                    "a GPU runs one stage")
+                seen[member] = where
+            if cluster is not None:
+                _check_tp_group(f"{field} ({where})", stage, cluster)
             lo, hi = stage.layers
             if lo != end:
-                raise PlanError(f"{where}: layers [{lo}, {hi}) must start at {end}, where the previous "
-                                "stage ended (stages are contiguous)")
+                raise PlanError(f"{field}.layers: {where}: layers [{lo}, {hi}) must start at {end}, where the "
+                                "previous stage ended (stages are contiguous)")
             end = hi
-        if end != profile.n_layers:
-            raise PlanError(f"plan: {vw.name} covers layers [0, {end}) but the profile of "
-                            f"{profile.model} has {profile.n_layers} layers")
+        if end != n_layers:
+            raise PlanError(f"plan: virtual_workers[{v}].stages: {vw.name} covers layers [0, {end}) but "
+                            f"{model} has {n_layers} layers; the last stage must end at layer {n_layers}")
+    _check_sync(plan)
+    if cluster is not None:
+        _check_parameter_servers(plan, cluster)
 
 
 def _check_tp_group(where: str, stage, cluster: Cluster) -> None:
@@ -105,7 +129,51 @@ def _check_tp_group(where: str, stage, cluster: Cluster) -> None:
                             f"{lead.type.name} and {gpu.type.name}")
 
 
+def _check_parameter_servers(plan: Plan, cluster: Cluster) -> None:
+    """WSP with default placement shards its servers over the cluster's parameter_servers: with none
+    there would be no synchronisation at all (each VW would train its own replica)."""
+    if plan.sync.mode == "wsp" and plan.sync.ps_placement == "default" and not cluster.ps_nodes:
+        raise PlanError(f"plan: sync.mode: wsp places its parameter servers on the cluster's parameter_servers, "
+                        f"and cluster {cluster.name} lists none; name at least one node there")
+
+
+def _chunk_of_same_device(plan: Plan, vw: VirtualWorker, s: int, gpu: str) -> bool:
+    """Schedules with virtual stages list p x v stages: stage s runs on the GPU of stage s mod p."""
+    if not schedule_kind(plan.schedule).virtual_stages:
+        return False
+    _check_round_robin(plan, plan.virtual_workers.index(vw), vw)
+    return True
+
+
+def _check_round_robin(plan: Plan, v: int, vw: VirtualWorker) -> None:
+    p = vw.n_devices
+    gpus = [s.gpu for s in vw.stages]
+    if len(gpus) % p or gpus != gpus[:p] * (len(gpus) // p):
+        raise PlanError(f"plan: virtual_workers[{v}].stages: {plan.schedule} lists p x v virtual stages with "
+                        f"the GPUs repeating round-robin (stage j on the GPU of stage j mod p); got {gpus}")
+
+
+def _check_schedule_rules(plan: Plan) -> None:
+    """The schedule's own rules from its registry entry: sync modes, and the virtual-stage layout."""
+    kind = schedule_kind(plan.schedule)
+    if plan.sync.mode not in kind.sync_modes:
+        raise PlanError(f"plan: sync.mode: {plan.sync.mode} is not supported by schedule {plan.schedule}; "
+                        f"use {' or '.join(kind.sync_modes)}")
+    for v, vw in enumerate(plan.virtual_workers):
+        if (kind.virtual_stages or kind.split_backward) and any(s.tp > 1 for s in vw.stages):
+            raise PlanError(f"plan: virtual_workers[{v}].stages: {plan.schedule} with tensor-parallel stages "
+                            "is not supported; give each stage one GPU")
+        if not kind.virtual_stages:
+            continue
+        _check_round_robin(plan, v, vw)
+        p = vw.n_devices
+        if plan.nm % p:
+            raise PlanError(f"plan: nm: {plan.schedule} needs Nm a multiple of the {p} devices of {vw.name} "
+                            f"(Megatron's order works in groups of one minibatch per device); got {plan.nm}")
+
+
 def _check_sync(plan: Plan) -> None:
+    _check_schedule_rules(plan)
     mode, schedule = plan.sync.mode, plan.schedule
     if mode == "bsp" and schedule in ASYNC_SCHEDULES:
         raise PlanError(f"plan: sync bsp needs a flush schedule (gpipe or 1f1b-flush), not {schedule}")

@@ -15,10 +15,10 @@ from hetsim.data import data_root
 from hetsim.errors import SpecError
 from hetsim.fields import Fields
 from hetsim.plan import PRECISIONS
+from hetsim.units import GIB
 
 __all__ = ["GpuType", "load_gpu_type", "load_gpu_types", "KERNEL_CLASSES", "MATMUL_CLASSES"]
 
-GIB = 1024**3
 # What a kernel does, as far as the hardware unit that runs it goes: products with weights (gemm),
 # products of activations with each other or a fused attention kernel (attention): both can run on
 # tensor cores; pointwise work and reductions (elementwise) and normalisation (norm): CUDA cores.

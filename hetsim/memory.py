@@ -24,10 +24,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hetsim.profile import ModelProfile
+from hetsim.units import GIB
 
 __all__ = ["StageMemory", "MemorySettings", "stage_memory", "GIB"]
 
-GIB = 1024**3
 
 _HALF = ("fp16", "bf16")
 _STATE_COPIES = {"sgd": 0, "momentum": 1, "adam": 2, "adamw": 2}

@@ -4,7 +4,7 @@
     	node3 -- node4
 
 Times are milliseconds per minibatch; sizes are bytes for the whole minibatch. The file names neither
-the GPU nor the batch size, so both are arguments here (see ../shared/reference/pipedream.md).
+the GPU nor the batch size, so both are arguments here (gpu_profiles/pipedream/README.md).
 """
 
 from __future__ import annotations

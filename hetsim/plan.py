@@ -14,12 +14,11 @@ from typing import Any
 from hetsim.data import resolve
 from hetsim.errors import PlanError
 from hetsim.fields import Fields
+from hetsim.schedule.registry import ASYNC_SCHEDULES, SCHEDULES, schedule_kind
 
 __all__ = ["StageSpec", "VirtualWorker", "SyncSpec", "Plan", "load_plan", "save_plan",
            "SCHEDULES", "SYNC_MODES", "ASYNC_SCHEDULES", "PRECISIONS", "OPTIMIZERS"]
 
-SCHEDULES = ("gpipe", "1f1b-flush", "1f1b", "hetpipe")
-ASYNC_SCHEDULES = ("1f1b", "hetpipe")        # weight stashing, no flush between waves
 SYNC_MODES = ("none", "wsp", "bsp", "sdpipe")
 # Training precision. fp32: FP32 math on CUDA cores (TF32 off); tf32: FP32 storage, GEMMs in TF32 on
 # tensor cores; fp16 / bf16: mixed precision, activations and GEMMs in 16 bit on tensor cores, with
@@ -52,6 +51,16 @@ class VirtualWorker:
     name: str
     stages: tuple[StageSpec, ...]
 
+    @property
+    def n_devices(self) -> int:
+        """Pipeline devices: the stages' distinct GPUs (fewer than the stages when a schedule with
+        virtual stages puts several model chunks on each)."""
+        return len(dict.fromkeys(s.gpu for s in self.stages))
+
+    @property
+    def chunks(self) -> int:
+        return len(self.stages) // max(1, self.n_devices)
+
 
 @dataclass(frozen=True, kw_only=True)
 class SyncSpec:
@@ -77,7 +86,7 @@ class SyncSpec:
     def offset_for(self, schedule: str) -> int:
         if self.pull_offset is not None:
             return self.pull_offset
-        return 1 if schedule in ASYNC_SCHEDULES else 0
+        return 1 if schedule_kind(schedule).asynchronous else 0
 
 
 @dataclass(frozen=True, kw_only=True)

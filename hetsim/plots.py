@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from hetsim.report import Report
+from hetsim.units import GIB
 
-__all__ = ["plot_timeline", "plot_utilisation", "plot_report"]
+__all__ = ["plot_timeline", "plot_utilisation", "plot_report", "plot_sweep"]
 
 _COLOURS = {"F": "#4C72B0", "B": "#DD8452", "sync": "#C44E52", "wait": "#CCCCCC"}
-GIB = 1024**3
 
 
 def _pyplot():
@@ -102,3 +102,28 @@ def plot_report(report: Report, out_dir: str | Path) -> list[Path]:
         paths.append(plot_timeline(report.trace.to_dict(), out / "timeline.png", start_s=start, end_s=end,
                                    title=f"{report.kind} timeline, 4 waves of steady state"))
     return paths
+
+
+def plot_sweep(rows: list[dict[str, Any]], axes: list[str], path: str | Path, *,
+               figure: str = "samples_per_s") -> Path:
+    """`figure` against the first axis of a sweep, one line per value of the second (if any); points
+    that failed are left out."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    x_axis, series = axes[0], axes[1] if len(axes) > 1 else None
+    keys = list(dict.fromkeys(r[series] for r in rows)) if series else [None]
+    for key in keys:
+        mine = [r for r in rows if not r["error"] and (series is None or r[series] == key)]
+        ax.plot([r[x_axis] for r in mine], [r[figure] for r in mine], marker="o",
+                label=f"{series}={key:g}" if series else None)
+    ax.set_xlabel(x_axis)
+    label = figure.replace("_per_s", "/s").replace("_", " ")
+    ax.set_ylabel(label)
+    ax.set_ylim(bottom=0)
+    if series:
+        ax.legend(fontsize=8)
+    ax.set_title(f"sweep: {label} vs {' and '.join(axes)}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return Path(path)

@@ -5,26 +5,23 @@ Layers are listed in a topological order of the layer DAG; a pipeline stage is a
 tensor-parallel group of N GPUs of that type, which a TP stage of degree N uses: its all-reduces
 are inside them, unless the profile says `tp_times_include_allreduce: false` (derived times), and
 then simulated on the node's links (`tp_allreduce_bytes`). Without such a key, a TP stage takes the
-type's own time / N and its all-reduces are simulated. hetsim's own format is YAML/JSON (this module); PipeDream's graph.txt is read
-and written by `hetsim.pipedream_graph`.
+type's own time / N and its all-reduces are simulated. This module holds the profile and reads hetsim's
+document form (`profile_from_dict`); hetsim.profile_files loads and saves files of either format
+(hetsim's YAML/JSON, or PipeDream's graph.txt through hetsim.pipedream_graph).
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
-from hetsim.data import resolve
 from hetsim.errors import PlanError
 from hetsim.fields import Fields
 
-__all__ = ["LayerProfile", "ModelProfile", "StageTimes", "load_profile", "save_profile", "tp_key"]
+__all__ = ["LayerProfile", "ModelProfile", "StageTimes", "profile_from_dict", "tp_key"]
 
 
 def tp_key(gpu_type: str, tp: int) -> str:
@@ -287,25 +284,3 @@ def _layer(f: Fields) -> LayerProfile:
                                                         integer=True),
                         saved_shared_bytes=f.number("saved_shared_bytes", 0, nonnegative=True, integer=True),
                         tp_allreduce_bytes=f.number("tp_allreduce_bytes", 0, nonnegative=True, integer=True))
-
-
-def load_profile(path: str | Path, *, graph_gpu_type: str = "reference",
-                 graph_batch_size: int | None = None) -> ModelProfile:
-    """Load hetsim's YAML/JSON profile, or PipeDream's graph.txt, whose times then belong to
-    `graph_gpu_type` and whose sizes to `graph_batch_size` (the file states neither)."""
-    path = resolve("profile", path)
-    if path.suffix == ".txt":
-        from hetsim.pipedream_graph import read_graph
-        return read_graph(path, gpu_type=graph_gpu_type, batch_size=graph_batch_size)
-    f = Fields.load(path)
-    return profile_from_dict(f.data, path.name)
-
-
-def save_profile(profile: ModelProfile, path: str | Path) -> None:
-    path = Path(path)
-    doc = profile.to_dict()
-    if path.suffix == ".json":
-        path.write_text(json.dumps(doc, indent=1) + "\n")
-    else:
-        path.write_text(yaml.safe_dump(doc, sort_keys=False, width=120))
-

@@ -16,10 +16,11 @@ from hetsim.errors import HetsimError
 from hetsim.trace import TraceWriter
 
 __all__ = ["GpuStats", "LinkStats", "VwStats", "Report", "distribution", "STALENESS_LOCAL_COLUMNS",
-           "STALENESS_GLOBAL_COLUMNS"]
+           "STALENESS_GLOBAL_COLUMNS", "LOSS_COLUMNS"]
 
 STALENESS_LOCAL_COLUMNS = ("vw", "stage", "minibatch", "staleness")
 STALENESS_GLOBAL_COLUMNS = ("vw", "stage", "wave", "version", "staleness")
+LOSS_COLUMNS = ("vw", "minibatch", "t_s", "loss")     # measurements: loss.csv, seconds since the start
 
 
 @dataclass(kw_only=True)
@@ -85,12 +86,17 @@ class Report:
     # Per-update records, written as CSV rather than into the JSON.
     staleness_local: list[tuple] = field(default_factory=list, repr=False)
     staleness_global: list[tuple] = field(default_factory=list, repr=False)
+    losses: list[tuple] = field(default_factory=list, repr=False)     # LOSS_COLUMNS, measurements only
+    # Predicted time to a target loss (hetsim.convergence), when the model has a convergence entry.
+    time_to_accuracy: dict[str, Any] = field(default_factory=dict)
     trace: TraceWriter | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         doc = asdict(replace(self, trace=None))
-        for key in ("staleness_local", "staleness_global", "trace"):
+        for key in ("staleness_local", "staleness_global", "losses", "trace"):
             doc.pop(key)
+        if not doc["time_to_accuracy"]:          # most reports: no key, so their JSON stays as it was
+            doc.pop("time_to_accuracy")
         return doc
 
     def to_json(self) -> str:
@@ -117,16 +123,18 @@ class Report:
             "virtual_workers": pd.DataFrame([asdict(v) for v in self.virtual_workers]),
             "staleness_local": pd.DataFrame(self.staleness_local, columns=STALENESS_LOCAL_COLUMNS),
             "staleness_global": pd.DataFrame(self.staleness_global, columns=STALENESS_GLOBAL_COLUMNS),
+            # A measurement's loss against wall-clock (loss.csv), for time to accuracy.
+            **({"loss": pd.DataFrame(self.losses, columns=LOSS_COLUMNS)} if self.losses else {}),
         }
 
-    def write(self, out_dir: str | Path, *, plots: bool = False) -> list[Path]:
-        """report.json, one CSV per table, trace.json (if traced) and optionally PNG figures."""
+    def write(self, out_dir: str | Path) -> list[Path]:
+        """report.json, one CSV per table and trace.json (if traced); hetsim.plots draws the figures."""
         try:
-            return self._write(Path(out_dir), plots)
+            return self._write(Path(out_dir))
         except OSError as exc:          # the CLI checks first; this is a disk filling up meanwhile
             raise HetsimError(f"{exc.filename or out_dir}: cannot write the report ({exc.strerror or exc})") from None
 
-    def _write(self, out: Path, plots: bool) -> list[Path]:
+    def _write(self, out: Path) -> list[Path]:
         out.mkdir(parents=True, exist_ok=True)
         paths = [out / "report.json"]
         paths[0].write_text(self.to_json())
@@ -137,9 +145,6 @@ class Report:
         if self.trace is not None:
             paths.append(out / "trace.json")
             self.trace.write(paths[-1])
-        if plots:
-            from hetsim.plots import plot_report
-            paths += plot_report(self, out)
         return paths
 
 

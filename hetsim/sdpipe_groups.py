@@ -6,9 +6,13 @@ executor's scheduler rank (executor.sdpipe) wall-clock times, tests literal ones
   closes, or everyone still active as soon as all of them are ready;
 - the window doubles after a group of one (up to sdpipe_wait_max_s), else shrinks x0.9 (down to
   sdpipe_wait_min_s);
-- connectivity rule: a group in which some member ends a period of P waves must leave all active
-  VWs connected (over the groups since the last connection); until it would, the group waits for
-  more arrivals. P = 1 is plain all-reduce;
+- connectivity rule: every VW must have been connected with all active VWs (over the groups since
+  the previous connection) at least once per period of P of its waves. A group in which some member
+  ends a period with no connection since its previous period end must make one; until it would, the
+  group waits for more arrivals. P = 1 is plain all-reduce. (A stricter reading, that any period end
+  needs a fresh connection, makes a VW that is one wave behind demand a second connection from one
+  that has already made its own; with one scheduler per stage index that can deadlock the pipelines:
+  8 pipelines of 4 stages with stragglers did in hetsim's simulator.);
 - a VW whose last wave has been grouped leaves the active set, so the others can finish.
 """
 
@@ -39,6 +43,7 @@ class GroupFormer:
         self.deadline: float | None = None        # when the open window closes; None when none is open
         self.blocked = False                      # closing waits for arrivals that connect everyone
         self.connections = 0
+        self._period_connections = [0] * n_vw     # connections when each VW last ended a period
         self.groups: list[Group] = []
         self._labels = list(range(n_vw))          # component of each VW since the last connection
 
@@ -62,9 +67,10 @@ class GroupFormer:
 
     def _close(self) -> Group | None:
         vws = sorted(self.ready)
-        period_ends = any((self.ready[v] + 1) % self.spec.sdpipe_period == 0 for v in vws)
+        enders = [v for v in vws if (self.ready[v] + 1) % self.spec.sdpipe_period == 0]
+        owed = any(self._period_connections[v] == self.connections for v in enders)
         linked = _linked(self._labels, vws)
-        if period_ends and len(vws) < len(self.active) and not self._connects(linked):
+        if owed and len(vws) < len(self.active) and not self._connects(linked):
             self.blocked, self.deadline = True, None
             return None
         if len(vws) < 2:
@@ -74,6 +80,8 @@ class GroupFormer:
         connected = self._connects(linked)
         self._labels = list(range(self.n_vw)) if connected else linked
         self.connections += connected
+        for v in enders:
+            self._period_connections[v] = self.connections
         group = Group(stage=self.stage, number=len(self.groups), members=tuple(vws),
                       waves=tuple(self.ready[v] for v in vws), connected=connected)
         self.active -= {v for v in vws if self.ready[v] == self.waves - 1}

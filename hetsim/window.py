@@ -9,6 +9,11 @@ measured exactly, and a VW that finished warming up early and then waited for a 
 start at different times) is not timed over that wait. A run's tail, after the first VW has finished and
 left the cores and links to the others (up to D waves of it under WSP), is not steady state and
 would flatter the slower VWs of short runs, so it is left out.
+
+Under WSP the staleness bound D holds every VW to the slowest one's pace in the long run: a faster VW
+may lead by at most D clocks, so its lead is finite and adds nothing to the long-run rate. A finite
+run counts that lead as rate (more so the shorter the run and the larger D), so a `locked` window
+reports every VW at the slowest VW's rate; `free_rate` keeps what the window measured.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ class SteadyWindow:
     start: float
     end: float
     spans: tuple[tuple[float, float, int], ...]     # per VW: (first, last completion, minibatches)
+    locked: bool = False                            # WSP: long-run rates are the slowest VW's
 
     @property
     def duration(self) -> float:
@@ -32,17 +38,24 @@ class SteadyWindow:
     def minibatches(self, vw: int) -> int:
         return self.spans[vw][2]
 
-    def rate(self, vw: int) -> float:
-        """Minibatches per second of one VW."""
+    def free_rate(self, vw: int) -> float:
+        """Minibatches per second of one VW inside the window."""
         t0, t1, n = self.spans[vw]
         return n / (t1 - t0)
 
+    def rate(self, vw: int) -> float:
+        """Steady minibatches per second of one VW: the slowest VW's rate when locked."""
+        if self.locked:
+            return min(self.free_rate(v) for v in range(len(self.spans)))
+        return self.free_rate(vw)
+
 
 def steady_window(completions: list[list[float]], warmup: int, origin: float = 0.0,
-                  period: int = 1) -> SteadyWindow | None:
+                  period: int = 1, locked: bool = False) -> SteadyWindow | None:
     """The window over per-VW completion times (seconds, increasing, after `origin`), or None when some
     VW completes nothing after its warm-up, or finishes before another has warmed up. `period` is the
-    number of completions per wave (Nm): each VW is timed over whole waves inside the window."""
+    number of completions per wave (Nm): each VW is timed over whole waves inside the window. `locked`
+    (WSP) reports each VW at the slowest one's rate."""
     if not completions or any(len(times) <= warmup for times in completions):
         return None
     start = max(times[warmup - 1] if warmup else origin for times in completions)
@@ -63,4 +76,4 @@ def steady_window(completions: list[list[float]], warmup: int, origin: float = 0
             # whole run after warm-up instead.
             first, last = warmup, len(t) - 1
         spans.append((t[first], t[last], last - first))
-    return SteadyWindow(start, end, tuple(spans))
+    return SteadyWindow(start, end, tuple(spans), locked)

@@ -24,7 +24,7 @@ import yaml
 
 from hetsim.derive import calibrate, calibration_errors, derive_profile, Efficiency
 from hetsim.gpu import load_gpu_type
-from hetsim.profile import load_profile, save_profile
+from hetsim.profile_files import load_profile, save_profile
 from modelzoo.counting import count_model
 from modelzoo.profiler import measure_profile
 

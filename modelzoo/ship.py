@@ -16,7 +16,7 @@ from pathlib import Path
 from hetsim.data import data_root
 from hetsim.derive import derive_profile, load_efficiencies
 from hetsim.gpu import load_gpu_types
-from hetsim.profile import save_profile
+from hetsim.profile_files import save_profile
 from modelzoo.counting import counted_profile
 
 __all__ = ["SHIPPED", "ship"]
@@ -27,7 +27,7 @@ SHIPPED = [("vgg19", 32), ("resnet152", 32), ("vgg16", 32), ("resnet18", 32), ("
            ("inception_v3", 32), ("densenet121", 32), ("squeezenet1_0", 32)]
 
 NOTE = ("; efficiency factors are ESTIMATES not fitted to GPU measurements (see gpu_profiles/efficiency.yaml "
-        "and README 'Profiles'); FLOPs count a multiply-add as 2")
+        "and docs/profiles.md); FLOPs count a multiply-add as 2")
 
 
 def ship(model: str, batch: int, out_dir: Path) -> Path:

@@ -3,22 +3,14 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
-
-import pytest
 
 from hetsim.cluster import Cluster, GpuSlot, LinkSpec, Node
+from hetsim.data import pipedream_profiles
 from hetsim.gpu import GIB, GpuType
 from hetsim.plan import Plan, StageSpec, SyncSpec, VirtualWorker
 from hetsim.profile import LayerProfile, ModelProfile
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "reference"
-PIPEDREAM_PROFILES = SHARED / "pipedream_profiles"
-
-
-def needs_pipedream_profiles():
-    return pytest.mark.skipif(not PIPEDREAM_PROFILES.is_dir(),
-                              reason="../shared/reference/pipedream_profiles is absent (it is not shipped)")
+PIPEDREAM_PROFILES = pipedream_profiles()     # shipped with the package (gpu_profiles/pipedream)
 
 
 def gpu_type(name: str = "test-gpu", memory_gib: float = 16.0) -> GpuType:

@@ -14,6 +14,8 @@ import copy
 import json
 import math
 import signal
+import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -152,10 +154,26 @@ def document_cases() -> Iterator[Case]:
     inline = copy.deepcopy(HETPIPE["cluster"][1]) | {"gpu_types": [shipped("gpus", "rtx-2060.yaml")]}
     yield from file_cases("rtx-2060.yaml", HETPIPE | {"cluster": ("cluster.yaml", inline)}, "cluster",
                           ("gpu_types", 0))
+    yield from plan_structure_cases("hetpipe_vgg19_ed.json", HETPIPE, simulate_argv(HETPIPE))
     twice = mutated(HETPIPE["cluster"][1], ("parameter_servers",), ["node0", "node0"])
     yield Case("hetpipe_4node.yaml parameter_servers: a node twice",
                {n: d for n, d in HETPIPE.values()} | {"cluster.yaml": twice}, simulate_argv(HETPIPE),
                ("cluster.yaml", "parameter_servers"))
+
+
+def plan_structure_cases(label: str, inputs: dict, argv: tuple[str, ...]) -> Iterator[Case]:
+    """Plans that load but break a rule of check_structure, which every command shares: one stops
+    short of the model's last layer (once trained silently by the executor, and no answer from
+    validate within 90 s), one uses a GPU twice."""
+    name, doc = inputs["plan"]
+    stages = doc["virtual_workers"][0]["stages"]
+    short = mutated(doc, ("virtual_workers", 0, "stages", len(stages) - 1, "layers", 1), stages[-1]["layers"][1] - 1)
+    twice = mutated(doc, ("virtual_workers", 0, "stages", 1, "gpu"), stages[0]["gpu"])
+    files = {n: d for n, d in inputs.values()}
+    yield Case(f"{label}: the last stage stops short of the last layer", files | {name: short}, argv,
+               (name, "virtual_workers[0].stages", "layers"))
+    yield Case(f"{label}: a GPU used twice", files | {name: twice}, argv,
+               (name, "virtual_workers[0].stages[1].gpu", "already used"))
 
 
 # ---- bad flags ------------------------------------------------------------------------------------
@@ -206,6 +224,23 @@ IMPORT_FLAGS = [
 ]
 
 
+# validate refuses these before it measures anything (a minute of probes and profiles).
+VALIDATE_PLAN = {"name": "mlp2", "model": "mlp", "minibatch_size": 16, "nm": 2, "schedule": "1f1b",
+                 "sync": {"mode": "none"},
+                 "virtual_workers": [{"name": "vw0", "stages": [{"gpu": "node0/gpu0", "layers": [0, 4]},
+                                                                {"gpu": "node0/gpu1", "layers": [4, 9]}]}]}
+VALIDATE = {"plan": ("plan.json", VALIDATE_PLAN)}
+VALIDATE_FLAGS = [
+    ("--waves", "0", "--waves"), ("--waves", "x", "--waves"), ("--warmup-waves", "-1", "--warmup-waves"),
+    ("--warmup-waves", "30", "--warmup-waves"), ("--cores", "0", "--cores"), ("--cores", "nan", "--cores"),
+    ("--colocated-work", "0", "--colocated-work"), ("--link-GBps", "-1", "--link-GBps"),
+    ("--latency-us", "-1", "--latency-us"), ("--seed", "-1", "--seed"), ("--device", "tpu", "--device"),
+    ("--slowdown", "node0/gpu9=2", "--slowdown"), ("--slowdown", "node0/gpu0=0", "--slowdown"),
+    ("--model", "nosuch", "nosuch"), ("--model-arg", "hidden=x", "--model-arg"), ("--model-arg", "nosuch=3", "nosuch"),
+    ("--out", "/dev/null/out", "--out"), ("--plan", "{tmp}/nope.json", "nope.json"),
+]
+
+
 def with_flag(argv: tuple[str, ...], flag: str, value: str) -> tuple[str, ...]:
     """argv with `flag` set to `value` (replaced where present, else added)."""
     argv = list(argv)
@@ -233,6 +268,10 @@ def flag_cases() -> Iterator[Case]:
         yield Case(f"profile {flag} {value}", {}, with_flag(profile, flag, value), (flag,))
     yield Case("profile --graph-gpu a100 (not derived)", {},
                (*profile, "--graph-txt", "{tmp}/out/g.txt", "--graph-gpu", "a100"), ("--graph-gpu",))
+    validate = ("validate", "--plan", "{tmp}/plan.json", "--waves", "30", "--out", "{tmp}/out")
+    for flag, value, named in VALIDATE_FLAGS:
+        yield Case(f"validate {flag} {value}", {"plan.json": VALIDATE_PLAN}, with_flag(validate, flag, value), (named,))
+    yield from plan_structure_cases("validate plan.json", VALIDATE, validate)
     for flag, value, named in IMPORT_FLAGS:
         args = IMPORT_ARGS | {flag: value}
         argv = ("import", "sailor", args.pop("plan"), *(x for item in args.items() for x in item))
@@ -413,3 +452,45 @@ def test_parsing_any_text_gives_a_document_or_a_spec_error(text, suffix):
         parse_document(text, f"x{suffix}")
     except SpecError as exc:
         assert "\n" not in str(exc)
+
+
+# ---- valid but extreme inputs: an answer, never a hang -------------------------------------------
+
+ONE_GPU = mutated(shipped("clusters", "cpu_host.yaml"), ("nodes", 0, "gpus", 0, "count"), 1)
+ONE_STAGE = CPU_PLAN | {"virtual_workers": [{"name": "vw0", "stages": [{"gpu": "host/gpu0", "layers": [0, 4]}]}]}
+CPU_FILES = {"cluster.yaml": CPU["cluster"][1], "profile.json": CPU_PROFILE, "plan.json": CPU_PLAN}
+CPU_SIM = ("simulate", "--cluster", "{tmp}/cluster.yaml", "--profile", "{tmp}/profile.json", "--plan",
+           "{tmp}/plan.json", "--waves", "3", "--no-plots")
+EXTREME = {   # id: (files over CPU_FILES, argv, exit status, what a refusal names)
+    "a straggler 1e6 times slower": ({}, (*CPU_SIM, "--straggler", "1:1e6"), 0, ""),
+    "one wave, no warm-up": ({}, with_flag(with_flag(CPU_SIM, "--waves", "1"), "--warmup-waves", "0"), 0, ""),
+    "1e6 minibatches a wave": ({"plan.json": CPU_PLAN | {"nm": 10**6}}, CPU_SIM, 2, "nm"),
+    "1e6 waves": ({}, with_flag(CPU_SIM, "--waves", str(10**6)), 2, "--waves"),
+    "a 1-GPU cluster": ({"cluster.yaml": ONE_GPU, "plan.json": ONE_STAGE}, CPU_SIM, 0, ""),
+    "a 1-GPU cluster, a 2-GPU plan": ({"cluster.yaml": ONE_GPU}, CPU_SIM, 2, "host/gpu1"),
+    "planning for a 1-GPU cluster": ({"cluster.yaml": ONE_GPU}, (
+        "plan", "--cluster", "{tmp}/cluster.yaml", "--model", "{tmp}/profile.json", "--jobs", "1", "--waves", "2",
+        "--nm", "1", "--policies", "NP", "--out", "{tmp}/best.json"), 0, ""),
+}
+
+
+@pytest.mark.parametrize("case", sorted(EXTREME))
+def test_extreme_but_valid_input_runs_or_is_refused_in_one_line_within_a_minute(case, tmp_path):
+    files, argv, status, named = EXTREME[case]
+    for name, doc in (CPU_FILES | files).items():
+        (tmp_path / name).write_text(json.dumps(doc) if name.endswith(".json") else yaml.safe_dump(doc))
+    command = [sys.executable, "-m", "hetsim", *(a.replace("{tmp}", str(tmp_path)) for a in argv)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)   # a hang fails here
+    assert done.returncode == status, done.stderr
+    assert "Traceback" not in done.stderr
+    if status:
+        assert len(done.stderr.splitlines()) == 1 and named in done.stderr, done.stderr
+
+
+def test_simulate_json_prints_nothing_but_json_on_stdout(tmp_path):
+    for name, doc in CPU_FILES.items():
+        (tmp_path / name).write_text(json.dumps(doc) if name.endswith(".json") else yaml.safe_dump(doc))
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in (*CPU_SIM, "--json", "--out", "{tmp}/out")]
+    done = subprocess.run([sys.executable, "-m", "hetsim", *argv], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["kind"] == "prediction"

@@ -117,7 +117,7 @@ def test_bad_option_values_are_reported(capsys):
 
 def test_a_pipedream_graph_profile_simulates_on_the_gpu_type_it_was_measured_on(capsys, tmp_path):
     from hetsim.pipedream_graph import write_graph
-    from hetsim.profile import load_profile
+    from hetsim.profile_files import load_profile
     write_graph(load_profile("vgg19_b32_analytic"), tmp_path / "vgg19.txt", gpu_type="rtx-2060")
     args = write_inputs(tmp_path, plan=with_stage(nm=1))
     code, out, err = run_cli(capsys, *args, "--profile", str(tmp_path / "vgg19.txt"),

@@ -7,7 +7,7 @@ import pytest
 
 from hetsim.cli import main
 from hetsim.pipedream_graph import read_graph, write_graph
-from hetsim.profile import load_profile, save_profile
+from hetsim.profile_files import load_profile, save_profile
 from modelzoo import build, layer_graph
 
 
@@ -88,7 +88,7 @@ def test_precision_tf32_speeds_up_blocks_on_ampere_and_leaves_a_gpu_without_tf32
 
 
 def test_block_parts_by_kernel_class_add_up_to_the_counted_block():
-    from hetsim.cli.profile import split_by_kernel_class
+    from modelzoo.kernel_classes import split_by_kernel_class
     from modelzoo.counting import count_model
     shape = {"n_layer": 2, "seq_len": 64}
     counted = count_model("gpt2-small", batch=2, **shape)

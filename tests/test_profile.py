@@ -1,9 +1,10 @@
 import pytest
 
-from conftest import PIPEDREAM_PROFILES, needs_pipedream_profiles, profile
+from conftest import PIPEDREAM_PROFILES, profile
 from hetsim.errors import PlanError, SpecError
 from hetsim.pipedream_graph import parse_graph, read_graph, write_graph
-from hetsim.profile import ModelProfile, load_profile, profile_from_dict, save_profile
+from hetsim.profile import ModelProfile, profile_from_dict
+from hetsim.profile_files import load_profile, save_profile
 
 
 def test_builtin_vgg19_profile_matches_published_counts():
@@ -40,7 +41,6 @@ def test_profile_round_trips_through_pipedream_graph_txt(tmp_path):
     assert back.edges == only.edges
 
 
-@needs_pipedream_profiles()
 def test_pipedream_published_profiles_load_with_their_dags():
     vgg = read_graph(PIPEDREAM_PROFILES / "vgg16.txt", batch_size=128)
     assert vgg.param_bytes == pytest.approx(138.36e6 * 4, rel=1e-3)

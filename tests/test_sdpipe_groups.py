@@ -75,6 +75,22 @@ def test_a_period_end_group_waits_until_it_connects_every_pipeline():
     assert group.members == (0, 1, 2) and group.connected and f.connections == 1
 
 
+def test_a_period_already_connected_by_a_pipeline_ahead_owes_no_second_connection():
+    f = former(n_vw=2, spec=SyncSpec(mode="sdpipe", sdpipe_period=2))
+    f.join(1, 0, now=0.0)
+    assert f.expire(1.0).members == (1,)
+    f.join(1, 1, now=2.0)                                         # vw1 ends its period: owes one
+    assert f.expire(3.0) is None and f.blocked
+    group = f.join(0, 0, now=4.0)
+    assert group.members == (0, 1) and group.connected and f.connections == 1
+    f.join(0, 1, now=5.0)                                         # vw0 ends its period one wave behind:
+    assert f.expire(6.0).members == (0,)                          # that connection counts for it too
+    f.join(1, 2, now=7.0)
+    assert f.expire(8.0).members == (1,)
+    f.join(1, 3, now=9.0)                                         # vw1's next period end owes again
+    assert f.expire(10.0) is None and f.blocked
+
+
 def test_a_group_that_completes_the_links_counts_as_a_connection_and_resets_them():
     f = former(spec=SyncSpec(mode="sdpipe", sdpipe_period=4))
     closes = []

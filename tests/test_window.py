@@ -43,3 +43,14 @@ def test_a_vw_that_waited_for_a_late_one_is_not_timed_over_the_wait():
     w = steady_window([vw0, vw1], warmup=2)
     assert w.start == 5.0 and w.end == 14.0
     assert w.rate(0) == pytest.approx(1.0) and w.rate(1) == pytest.approx(1.0)   # from t = 2: 10/12
+
+
+def test_a_locked_window_counts_every_vw_at_the_slowest_rate():
+    # WSP: vw1 runs at 2/s against vw0's 1/s inside the window; in the long run D holds it to 1/s.
+    vw0 = [float(t) for t in range(1, 21)]
+    vw1 = [0.5 * t for t in range(1, 41)]
+    free = steady_window([vw0, vw1], warmup=2)
+    locked = steady_window([vw0, vw1], warmup=2, locked=True)
+    assert (free.rate(0), free.rate(1)) == (pytest.approx(1.0), pytest.approx(2.0))
+    assert (locked.rate(0), locked.rate(1)) == (pytest.approx(1.0), pytest.approx(1.0))
+    assert locked.free_rate(1) == free.rate(1)

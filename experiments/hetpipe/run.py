@@ -11,8 +11,6 @@ per step on the GPUs whose memory holds the whole model. See README.md beside th
 
 from __future__ import annotations
 
-import argparse
-import csv
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -23,6 +21,8 @@ from hetsim.planner import SearchSpace, search_plans
 from hetsim.planner.allocation import node_speed
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+from report_table import experiment_config, markdown_table, pyplot, save_figure, write_results  # noqa: E402
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -108,23 +108,15 @@ def _row(label, profile_name, policy, d, best, batch) -> dict:
                                       zip(best.partitions[0].gpus, best.partitions[0].layers))}
 
 
-def write_table(rows: list[dict], out: Path) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / "throughput.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    lines = ["| model | policy | D | Nm | VWs | GPUs | samples/s (simulated) | closed-form estimate |",
-             "|---|---|---|---|---|---|---|---|"]
-    lines += [f"| {r['model']} | {r['policy']} | {r['D']} | {r['Nm']} | {r['virtual_workers']} | {r['gpus']} | "
-              f"{r['samples_per_s']} | {r['estimate_samples_per_s']} |" for r in rows]
-    (out / "throughput.md").write_text("\n".join(lines) + "\n")
+def write_table(rows: list[dict], out: Path) -> str:
+    header = ["model", "policy", "D", "Nm", "VWs", "GPUs", "samples/s (simulated)", "closed-form estimate"]
+    cells = ([r["model"], r["policy"], r["D"], r["Nm"], r["virtual_workers"], r["gpus"], r["samples_per_s"],
+              r["estimate_samples_per_s"]] for r in rows)
+    return write_results(rows, out, "throughput", markdown_table(header, cells))
 
 
 def plot(rows: list[dict], out: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     models = list(dict.fromkeys(r["model"] for r in rows))
     fig, axes = plt.subplots(1, len(models), figsize=(6 * len(models), 4), squeeze=False)
     for ax, model in zip(axes[0], models):
@@ -146,19 +138,12 @@ def plot(rows: list[dict], out: Path) -> None:
         ax.set_ylabel("samples/s (simulated)")
         ax.set_title(f"{model} on HetPipe's 16 GPUs ({mine[0]['profile']})")
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "throughput.png", dpi=120)
-    plt.close(fig)
+    save_figure(fig, out / "throughput.png")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a CI-size run (fewer D, Nm and waves)")
-    parser.add_argument("--out", type=Path, default=None, help="results folder (default: results/ here)")
-    args = parser.parse_args(argv)
-    config = quick(Config()) if args.quick else Config()
-    if args.out is not None:
-        config = replace(config, out=args.out)
+    config = experiment_config(Config(), quick, argv, description=__doc__.splitlines()[0],
+                               quick_help="a CI-size run (fewer D, Nm and waves)")
     cluster = hetsim.load_cluster(config.cluster)
     rows = []
     for label, names in config.models:
@@ -170,9 +155,9 @@ def main(argv: list[str] | None = None) -> int:
         rows += run_model(config, cluster, label, name, profile)
     if not rows:
         raise SystemExit("no model profile found")
-    write_table(rows, config.out)
+    table = write_table(rows, config.out)
     plot(rows, config.out)
-    print((config.out / "throughput.md").read_text(), end="")
+    print(table, end="")
     # The experiment's own check: every policy produced a runnable, simulated plan per D.
     assert all(r["samples_per_s"] > 0 for r in rows)
     return 0

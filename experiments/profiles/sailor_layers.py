@@ -6,7 +6,7 @@ and the kernel-class efficiency factors that gpu_profiles/efficiency.yaml ships.
 Sailor (SOSP'25) measured OPT-350 layer times on seven GPU types with Megatron-DeepSpeed, "FP32",
 sequence 2048 (profiles_tmp.json: [model][gpu][mbs][tp][layer] = [fwd_s, bwd_s, update_s]). OPT-350 is
 counted here as modelzoo's gpt2-medium (24 blocks, width 1024, 16 heads) at sequence 2048 and vocabulary
-50272; each block's work is split by kernel class (hetsim.cli.profile.split_by_kernel_class) and timed
+50272; each block's work is split by kernel class (modelzoo.kernel_classes.split_by_kernel_class) and timed
 by hetsim.derive, so the comparison runs the code users run.
 
 1. Math mode: the fastest a block could run on CUDA cores in FP32 is its counted FLOPs at the FP32 peak
@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from hetsim.cli.profile import split_by_kernel_class
+from modelzoo.kernel_classes import split_by_kernel_class
 from hetsim.data import data_root
 from hetsim.derive import PASSES, Efficiency, LayerCost, pass_time_s
 from hetsim.gpu import load_gpu_types
@@ -53,8 +53,8 @@ CLASSES = ("gemm", "attention", "elementwise", "norm")
 
 
 def default_data() -> Path:
-    ours = ROOT / "experiments" / "peers" / "sailor" / "data"
-    return ours if ours.is_dir() else ROOT.parent / "shared" / "peers" / "sailor"
+    """The copy of Sailor's data this repository ships (MIT, LICENSE beside it)."""
+    return ROOT / "experiments" / "peers" / "sailor" / "data"
 
 
 def measured(data: Path) -> dict[tuple[str, int], dict[str, float]]:

@@ -16,7 +16,7 @@ made most plans up to 12 points more optimistic.
 Target: median |throughput error| <= 5%, max <= 10%. The script reports whether it was met and exits
 1 if not, after writing its results. Timings depend on the host being otherwise idle. A run is flagged
 (a warning, and `work_drift` in the table) when a rank's measured CPU work per minibatch differs from
-the profile's prediction by more than hetsim.cli.validate.WORK_DRIFT_PCT.
+the profile's prediction by more than executor.validate.WORK_DRIFT_PCT.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from suite import BATCH, CUDA_BATCH, CUDA_MODEL_KWARGS, MODEL_KWARGS, cases  # noqa: E402
 
-from hetsim.cli.validate import (WAVES, WORK_DRIFT_PCT, default_warmup, load_changed, validate_plan,  # noqa: E402
+from executor.validate import (WAVES, WORK_DRIFT_PCT, default_warmup, load_changed, validate_plan,  # noqa: E402
                                  work_drift, work_rows)
 from hetsim.compare import compare_reports  # noqa: E402
 

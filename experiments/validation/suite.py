@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 
 from hetsim.plan import Plan, StageSpec, SyncSpec, VirtualWorker
 
-__all__ = ["Case", "cases", "zoo_cases", "MODEL", "MODEL_KWARGS", "BATCH", "CUDA_MODEL_KWARGS", "CUDA_BATCH"]
+__all__ = ["Case", "cases", "schedule_cases", "zoo_cases", "MODEL", "MODEL_KWARGS", "BATCH", "CUDA_MODEL_KWARGS",
+           "CUDA_BATCH"]
 
 MODEL, MODEL_KWARGS, BATCH = "mlp", {"hidden": 1024, "depth": 8}, 256
 # On a GPU the same layers would be launch-bound: 2048 wide and minibatch 4096 make each hidden Linear
@@ -71,7 +72,13 @@ def cases(batch: int = BATCH) -> list[Case]:
              slowdown={"host/gpu2": 2.0, "host/gpu3": 2.0}, quick=True),
         Case(plan=_plan("vw3_s1_nm1_wsp_d4_slow1.5", 3, 1, 1, "gpipe", wsp(4)), slowdown={"host/gpu2": 1.5}),
         Case(plan=_plan("vw2_s2_nm4_wsp_d1_local", 2, 2, 4, "1f1b", wsp(1, ps_placement="local"))),
+        # SDPipe (plans/sdpipe_2vw_mlp1024.json and sdpipe_2vw_p1_mlp1024.json): a slowed pipeline that
+        # the other groups without except every P = 4 waves, and P = 1, every wave a group of both.
+        Case(plan=_plan("sdpipe_2vw_mlp1024", 2, 2, 2, "1f1b", SyncSpec(mode="sdpipe", sdpipe_period=4)),
+             slowdown={"host/gpu2": 2.0, "host/gpu3": 2.0}),
+        Case(plan=_plan("sdpipe_2vw_p1_mlp1024", 2, 2, 2, "1f1b", SyncSpec(mode="sdpipe", sdpipe_period=1))),
         *shape_cases(batch),
+        *schedule_cases(batch),
         *zoo_cases(),
     ]
 
@@ -93,6 +100,21 @@ def shape_cases(batch: int = BATCH) -> list[Case]:
         Case(plan=_plan("vw2_s2_nm2_wsp_d1_cuts4-12", 2, 2, 2, "1f1b", wsp, [[0, 4, 17], [0, 12, 17]])),
         Case(plan=_plan("vw2_s2_nm3_hetpipe_wsp_d2_cuts6-10", 2, 2, 3, "hetpipe",
                         SyncSpec(mode="wsp", staleness_bound=2), [[0, 6, 17], [0, 10, 17]])),
+    ]
+
+
+def schedule_cases(batch: int = BATCH) -> list[Case]:
+    """The schedules added with the registry (issue 19): ZB-H1 on two stages, and interleaved 1F1B with
+    two chunks on each of two ranks (four virtual stages; plans/s2_nm4_zb-h1.json and
+    plans/s2v2_nm4_1f1b-interleaved.json)."""
+    cuts = CUTS[4]
+    interleaved = Plan(name="s2v2_nm4_1f1b-interleaved", model=MODEL, minibatch_size=batch, nm=4,
+                       schedule="1f1b-interleaved", sync=SyncSpec(), virtual_workers=(VirtualWorker(
+                           name="vw0", stages=tuple(StageSpec(gpu=f"host/gpu{j % 2}", layers=(cuts[j], cuts[j + 1]))
+                                                    for j in range(4))),))
+    return [
+        Case(plan=_plan_of("s2_nm4_zb-h1", 1, 2, 4, "zb-h1", SyncSpec(), batch)),
+        Case(plan=interleaved),
     ]
 
 

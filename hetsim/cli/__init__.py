@@ -22,6 +22,7 @@ SUBCOMMANDS = {
     "profile": "measure a model's layers on this device and derive layer times for GPU types",
     "plan": "search allocations, partitions, Nm and D; rank whole plans and write the best",
     "validate": "profile this host, predict a plan, run it with the executor, compare (needs torch)",
+    "sweep": "simulate a grid of what-ifs (--vary NAME=V1,V2,...) on Dask workers; write sweep.csv and a plot",
     "import": "turn plans others ran on real GPUs (Sailor) into cluster, profile and plan files",
 }
 # Subcommands whose module name differs from the command (a module cannot be called `import`).

@@ -6,11 +6,18 @@ import argparse
 import time
 
 from hetsim.cli.arguments import check_output_file, real, whole
+from hetsim.cli.progress import add_quiet, progress_factory
 from hetsim.errors import HetsimError
 from hetsim.memory import GIB
-from hetsim.plan import SCHEDULES
+from hetsim.report_sections import staleness_bounds
+from hetsim.plan import ASYNC_SCHEDULES, SCHEDULES
 
-__all__ = ["add_arguments", "run", "format_ranking"]
+__all__ = ["add_arguments", "run", "format_ranking", "POLICY_LEGEND"]
+
+# What the policy column's names mean (hetsim.planner.allocation builds them).
+POLICY_LEGEND = ("policy: NP one VW per node (NP/k: k per node), ED VW i takes GPU i of every node (ED/v: v VWs), "
+                 "HD fast and slow nodes paired and halved, DP one GPU per VW, horovod BSP data parallel on every "
+                 "GPU; -NODE...: those nodes left out; +TPt: each stage a tensor-parallel group of t GPUs of one node")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -28,8 +35,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nm", default="1,2,4,8", help="Nm values to try (default %(default)s)")
     p.add_argument("--staleness", default="0", metavar="D,...",
                    help="WSP staleness bounds D to try (default %(default)s)")
-    p.add_argument("--schedule", default="hetpipe", choices=SCHEDULES,
-                   help="pipeline schedule of the plans (default %(default)s)")
+    p.add_argument("--tp", default="1", metavar="T,...",
+                   help="tensor-parallel degrees to try: each pipeline stage a group of T GPUs of one node "
+                   "(default %(default)s; T > 1 runs with --sync bsp, or as a single virtual worker)")
+    p.add_argument("--schedule", default=None, choices=SCHEDULES,
+                   help="pipeline schedule of the plans (default hetpipe; 1f1b-flush with --sync bsp)")
+    p.add_argument("--sync", default="wsp", choices=("wsp", "bsp", "sdpipe"),
+                   help="how virtual workers synchronise: WSP parameter servers, BSP all-reduce (Horovod) or "
+                   "SDPipe groups (default %(default)s)")
+    p.add_argument("--slowdown", action="append", default=[], metavar="GPU=FACTOR",
+                   help="plan for a GPU, or every GPU of a node, running slower: node2/gpu1=1.5 or node2=1.5 "
+                   "(repeatable)")
     p.add_argument("--top", type=whole(1), default=5, metavar="K",
                    help="simulate the K best estimates (and any within --margin of the best; default 5)")
     p.add_argument("--margin", type=real(0, 1), default=0.1,
@@ -39,9 +55,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="lognormal compute jitter in the simulations (default 0.02: without any, "
                    "identical VWs run in lockstep and contend for links at the same instants)")
     p.add_argument("--seed", type=whole(0), default=0, help="seed for the simulations (default 0)")
-    p.add_argument("--jobs", type=whole(1), default=None, help="simulation processes (default: every core)")
+    p.add_argument("--jobs", type=whole(1), default=None,
+                   help="Dask worker processes for the simulations (default: every core; 1: in this process)")
+    p.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help="simulate on a Dask cluster already running, e.g. tcp://10.0.0.5:8786 (its workers "
+                   "need hetsim installed)")
     p.add_argument("--show", type=whole(0), default=15, metavar="N", help="rows of the ranking to print (default 15)")
     p.add_argument("--out", default=None, metavar="PLAN.json", help="write the best plan here")
+    p.add_argument("--cost-model", default="hetsim", choices=("hetsim", "pipedream"),
+                   help="rank by hetsim's estimate and simulation (default), or by PipeDream's optimizer "
+                   "formulas alone (hetsim.planner.pipedream_cost), to compare its choice with ours")
+    p.add_argument("--objective", default="throughput", choices=("throughput", "time-to-accuracy"),
+                   help="rank the simulated plans by throughput (default), or by predicted time to a target "
+                   "loss (hetsim.convergence; needs the model's entry in convergence.yaml)")
+    p.add_argument("--target-loss", type=real(0, above=True), default=None, metavar="LOSS",
+                   help="with --objective time-to-accuracy: the target (default: the entry's)")
+    add_quiet(p)
 
 
 def _ints(text: str, option: str, minimum: int) -> tuple[int, ...]:
@@ -68,41 +97,76 @@ def _policies(text: str) -> tuple[str, ...]:
     return policies
 
 
-def _progress(desc: str, total: int):
-    from tqdm import tqdm
-    return tqdm(total=total, desc=desc, unit="plan", leave=False, disable=None)
+def _schedule(args: argparse.Namespace) -> str:
+    """BSP all-reduces after a flush, so it defaults to a flush schedule and refuses an asynchronous one."""
+    if args.schedule is None:
+        return "1f1b-flush" if args.sync == "bsp" else "hetpipe"
+    if args.sync == "bsp" and args.schedule in ASYNC_SCHEDULES:
+        raise HetsimError(f"--sync bsp: needs a flush schedule (--schedule gpipe or 1f1b-flush), not {args.schedule}")
+    return args.schedule
+
+
+def _what_if(cluster, profile, items: list[str]):
+    """The cluster and profile as the search sees them with --slowdown: slowed GPUs as types of their own."""
+    from hetsim.cli.simulate import _slowdowns
+    from hetsim.slowdown import gpu_factors, slowed_types
+    return slowed_types(cluster, profile, gpu_factors(cluster, _slowdowns(items)))
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.target_loss is not None and args.objective != "time-to-accuracy":
+        raise HetsimError("--target-loss: only with --objective time-to-accuracy")
     import hetsim
     from hetsim.planner import SearchSpace, search_plans
     from hetsim.plan import save_plan
     from hetsim.sim.engine import check_length
     space = SearchSpace(policies=_policies(args.policies), nm_values=_ints(args.nm, "--nm", 1),
-                        staleness_values=_ints(args.staleness, "--staleness", 0),
-                        schedule=args.schedule, top_k=args.top, margin=args.margin, waves=args.waves,
+                        staleness_values=_ints(args.staleness, "--staleness", 0), tp_values=_ints(args.tp, "--tp", 1),
+                        schedule=_schedule(args), sync=args.sync, top_k=args.top if args.cost_model == "hetsim" else 1,
+                        margin=args.margin if args.cost_model == "hetsim" else 0.0, waves=args.waves,
                         warmup_waves=min(2, args.waves - 1), jitter_cv=args.jitter, seed=args.seed,
-                        workers=args.jobs or 0)
+                        workers=args.jobs or 0, scheduler=args.scheduler)
     if args.out:
         check_output_file(args.out, "--out")
+    if args.scheduler is not None:
+        from hetsim.fanout import check_address
+        check_address(args.scheduler)
     cluster = hetsim.load_cluster(args.cluster)
     profile = hetsim.load_profile(args.model, graph_gpu_type=args.graph_gpu, graph_batch_size=args.graph_batch)
     # The longest plan searched: the largest Nm, a stage on every GPU.
     check_length(args.waves, max(space.nm_values), len(cluster.gpus), "--waves and --nm")
     if args.batch is not None:
         profile = profile.scaled_to_batch(args.batch)
+    cluster, profile = _what_if(cluster, profile, args.slowdown)
     started = time.perf_counter()
-    result = search_plans(cluster, profile, space, progress=_progress)
+    result = search_plans(cluster, profile, space, progress=progress_factory(args.quiet, unit="plan"))
     wall = time.perf_counter() - started
+    if args.cost_model == "pipedream":
+        from hetsim.planner.pipedream_cost import optimum_line, rerank
+        result = rerank(result, cluster)
+        print(optimum_line(profile, cluster))
+    accuracy = ""
+    if args.objective == "time-to-accuracy":
+        from hetsim.convergence import rank_plans
+        result, accuracy = rank_plans(result, cluster, profile, space, args.target_loss)
     print(f"plan: {profile.model} (minibatch {profile.batch_size}) on {cluster.name} "
-          f"({len(cluster.gpus)} GPUs): {len(result.candidates)} candidates, {result.simulated} simulated, "
-          f"{wall:.1f} s\n")
+          f"({len(cluster.gpus)} GPUs): {len(result.candidates) + result.pruned} candidates "
+          f"({result.pruned} below the listed ones by bound, not built), {result.simulated} simulated, "
+          f"{wall:.1f} s{_what_if_note(args)}\n")
     print(format_ranking(result, cluster, profile.batch_size, args.show))
+    if accuracy:
+        print("\n" + accuracy)
     if args.out:
         save_plan(result.best.plan, args.out)
+        slowdown = "".join(f" --slowdown {item}" for item in args.slowdown)
         print(f"\nwrote {args.out} (rank 1: {result.best.plan.name}); run it with "
-              f"`hetsim simulate --cluster {args.cluster} --profile {args.model} --plan {args.out}`")
+              f"`hetsim simulate --cluster {args.cluster} --profile {args.model} --plan {args.out}{slowdown}`")
     return 0
+
+
+def _what_if_note(args: argparse.Namespace) -> str:
+    notes = ([f"sync {args.sync}"] if args.sync != "wsp" else []) + [f"slowdown {item}" for item in args.slowdown]
+    return f"; what if: {', '.join(notes)}" if notes else ""
 
 
 def format_ranking(result, cluster, batch: int, rows: int = 15) -> str:
@@ -116,13 +180,14 @@ def format_ranking(result, cluster, batch: int, rows: int = 15) -> str:
         partition = " ".join(f"{cluster.gpu(g).type.name}:{lo}-{hi}" for g, (lo, hi) in zip(vw0.gpus, vw0.layers))
         mark = "*" if c.simulated_mb_s is not None else "~"
         memory = "/".join(f"{c.memory_bytes[g] / GIB:.1f}" for g in vw0.gpus)
-        stale = f"{c.nm - 1}/{c.staleness + c.plan.sync.offset_for(c.plan.schedule)}" \
-            if c.plan.sync.mode == "wsp" else f"{c.nm - 1 if c.plan.schedule in ('1f1b', 'hetpipe') else 0}/-"
+        local, global_ = staleness_bounds(c.plan, c.in_flight)
+        stale = f"{local}/{'-' if global_ is None else global_}"
         lines.append(f"{i:>3} {c.policy:<18}{len(c.partitions):>4}  {partition:<66}{c.nm:>3}{c.staleness:>3}"
                      f"{c.predicted_mb_s * batch:>10.1f}{mark}  {c.estimate.bottleneck:<16}{memory:<26}{stale:<10}")
     infeasible = [c for c in result.candidates if not c.feasible]
     lines.append("\n* simulated, ~ closed-form estimate; partition: GPU type:first-end layer of each stage "
-                 "of vw0; staleness: local (Nm-1) / global bound (D + pull offset)")
+                 "of vw0; staleness: local (in flight - 1) / global bound (D + pull offset)")
+    lines.append(POLICY_LEGEND)
     if infeasible:
         lines.append(f"{len(infeasible)} candidate{'s' if len(infeasible) > 1 else ''} cannot run, e.g. {infeasible[0].policy} Nm={infeasible[0].nm}: "
                      f"{infeasible[0].reason}")

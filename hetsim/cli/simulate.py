@@ -10,15 +10,32 @@ import time
 from hetsim.data import DEFAULT_CLUSTER, DEFAULT_PLAN, DEFAULT_PROFILE, resolve
 from hetsim.cli.arguments import check_output_dir, real, whole
 from hetsim.cli.assignments import assignments
+from hetsim.cli.progress import add_quiet, still_running
 from hetsim.errors import HetsimError, PlanError
 from hetsim.report import Report
+from hetsim.slowdown import gpu_factors
+from hetsim.units import GIB
 
-__all__ = ["add_arguments", "run", "format_report"]
+__all__ = ["add_arguments", "add_input_arguments", "run", "format_report"]
 
-GIB = 1024**3
+# Stage-minibatches from which a run takes a couple of seconds or more: show that it is working.
+LONG_RUN = 20_000
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_input_arguments(p)
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="write report.json, CSV tables, trace.json and PNG figures here")
+    p.add_argument("--no-plots", action="store_true", help="with --out, skip the PNG figures")
+    p.add_argument("--json", action="store_true", help="print the report JSON (and nothing else) on stdout")
+    p.add_argument("--target-loss", type=real(0, above=True), default=None, metavar="LOSS",
+                   help="predict the time to this loss (default: the model's entry in convergence.yaml, "
+                   "if it has one; hetsim.convergence)")
+    add_quiet(p)
+
+
+def add_input_arguments(p: argparse.ArgumentParser) -> None:
+    """What a simulation runs and how: the inputs and options `simulate` and `sweep` share."""
     p.add_argument("--cluster", default=DEFAULT_CLUSTER, help="cluster YAML, or a shipped name (default %(default)s)")
     p.add_argument("--profile", default=DEFAULT_PROFILE,
                    help="model profile (YAML/JSON, or PipeDream graph.txt), or a shipped name (default %(default)s)")
@@ -34,13 +51,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jitter", type=real(0, 10), default=0.0, metavar="CV",
                    help="lognormal compute jitter, coefficient of variation (default 0)")
     p.add_argument("--slowdown", action="append", default=[], metavar="GPU=FACTOR",
-                   help="make a GPU slower, e.g. node2/gpu1=1.5 (repeatable)")
+                   help="make a GPU, or every GPU of a node, slower: node2/gpu1=1.5 or node2=1.5 (repeatable)")
     p.add_argument("--straggler", default=None, metavar="PROB:SECONDS",
                    help="SDPipe-style stragglers: each forward sleeps SECONDS with probability PROB")
-    p.add_argument("--out", default=None, metavar="DIR",
-                   help="write report.json, CSV tables, trace.json and PNG figures here")
-    p.add_argument("--no-plots", action="store_true", help="with --out, skip the PNG figures")
-    p.add_argument("--json", action="store_true", help="print the report JSON (and nothing else) on stdout")
 
 
 def _factor(text: str) -> float:
@@ -51,7 +64,9 @@ def _factor(text: str) -> float:
 
 
 def _slowdowns(items: list[str]) -> dict[str, float]:
-    return assignments(items, "--slowdown", _factor, "GPU=FACTOR with a finite FACTOR > 0, e.g. node2/gpu1=1.5")
+    """{GPU id or node name: factor}; which GPUs a name means is known once the cluster is loaded."""
+    return assignments(items, "--slowdown", _factor,
+                       "GPU=FACTOR (or NODE=FACTOR) with a finite FACTOR > 0, e.g. node2/gpu1=1.5")
 
 
 def _straggler(text: str | None) -> tuple[float, float]:
@@ -80,17 +95,22 @@ def _warmup(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     import hetsim
     prob, delay = _straggler(args.straggler)
-    slowdown, warmup = _slowdowns(args.slowdown), _warmup(args)
+    named, warmup = _slowdowns(args.slowdown), _warmup(args)
     if args.out:
         check_output_dir(args.out, "--out")
     started = time.perf_counter()
-    cluster, profile, plan = _inputs(args, slowdown)
+    cluster, profile, plan = _inputs(args)
+    slowdown = gpu_factors(cluster, named)
+    work = args.waves * plan.nm * sum(len(vw.stages) for vw in plan.virtual_workers)
     try:
-        report = hetsim.simulate(cluster, profile, plan, waves=args.waves, warmup_waves=warmup, seed=args.seed,
-                                 jitter_cv=args.jitter, slowdown=slowdown, straggler_prob=prob,
-                                 straggler_delay_s=delay, trace=args.out is not None)
+        with still_running(f"simulating {work:,} stage-minibatches", quiet=args.quiet or work < LONG_RUN):
+            report = hetsim.simulate(cluster, profile, plan, waves=args.waves, warmup_waves=warmup, seed=args.seed,
+                                     jitter_cv=args.jitter, slowdown=slowdown, straggler_prob=prob,
+                                     straggler_delay_s=delay, trace=args.out is not None)
     except PlanError as exc:
         raise _in_plan_file(exc, args.plan) from None
+    from hetsim.convergence import attach_time_to_accuracy
+    attach_time_to_accuracy(report, args.target_loss)
     wall = time.perf_counter() - started
     if args.json:
         print(report.to_json(), end="")
@@ -98,13 +118,16 @@ def run(args: argparse.Namespace) -> int:
         print(format_report(report))
         print(f"\nsimulated {report.settings['events']:,} events in {wall:.2f} s")
     if args.out:
-        paths = report.write(args.out, plots=not args.no_plots)
+        paths = report.write(args.out)
+        if not args.no_plots:
+            from hetsim.plots import plot_report     # matplotlib loads only when figures are drawn
+            paths += plot_report(report, args.out)
         print(f"wrote {len(paths)} files to {args.out}/ ({', '.join(p.name for p in paths)})",
               file=sys.stderr if args.json else sys.stdout)
     return 0
 
 
-def _inputs(args: argparse.Namespace, slowdown: dict[str, float]):
+def _inputs(args: argparse.Namespace):
     """Cluster, profile and plan, checked against each other and the options before simulating."""
     import hetsim
     from hetsim.sim.engine import check_length
@@ -116,9 +139,6 @@ def _inputs(args: argparse.Namespace, slowdown: dict[str, float]):
                                       f"{profile.model!r}; simulate a plan with a profile of its model"), args.plan)
     check_length(args.waves, plan.nm, sum(len(vw.stages) for vw in plan.virtual_workers),
                  f"--waves and {resolve('plan', args.plan).name}'s nm")
-    for gpu, factor in slowdown.items():
-        if gpu not in {g.id for g in cluster.gpus}:
-            raise HetsimError(f"--slowdown '{gpu}={factor:g}': cluster {cluster.name} has no GPU {gpu!r}")
     return cluster, profile, plan
 
 
@@ -155,6 +175,9 @@ def format_report(report: Report) -> str:
         lines.append(_sdpipe_line(report.sync))
     busiest = sorted(report.links, key=lambda l: -l.utilisation)[:4]
     lines.append("busiest links: " + ", ".join(f"{l.id} {l.utilisation:.0%}" for l in busiest))
+    if report.time_to_accuracy:
+        from hetsim.convergence import format_time_to_accuracy
+        lines.append(format_time_to_accuracy(report.time_to_accuracy))
     lines += [f"note: {n}" for n in report.notes]
     return "\n".join(lines)
 

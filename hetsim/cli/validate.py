@@ -1,48 +1,24 @@
 """`hetsim validate`: profile this machine, predict a plan with that profile, run it for real with
 the executor, and print predicted vs measured throughput, per-stage times and staleness.
 
-This host is described as one node whose devices are ranks sharing its cores (`shared_cores`); the
-plan's GPUs are mapped onto those rank slots in plan order (a tensor-parallel stage's members too: the
-node holds every group). torch loads only when this command runs.
-With `--device cuda` the ranks compute on this host's GPUs (executor.placement): a GPU per stage rank
-when there are enough, else all on GPU 0, whose measured concurrency (executor.colocation.
-gpu_concurrency) is then the node's `shared_cores`; the profile is timed on the GPU.
+This module holds the command's arguments only; the work needs torch and lives with the executor
+(executor.validate), found by name in hetsim.cli.torch_side's table, so torch loads only when this
+command runs and hetsim imports no executor code.
 """
 
 from __future__ import annotations
 
 import argparse
-import multiprocessing
-import os
-import time
-from dataclasses import replace
 
-from hetsim.cluster import Cluster, GpuSlot, LinkSpec, Node
-from hetsim.errors import HetsimError
-from hetsim.gpu import GIB, GpuType
-from hetsim.plan import Plan, StageSpec, VirtualWorker
-from hetsim.profile import ModelProfile
+from hetsim.cli.progress import add_quiet
+from hetsim.cli.arguments import real, whole
+from hetsim.cli.torch_side import torch_side
 
-__all__ = ["add_arguments", "run", "host_cluster", "onto_host", "with_optimizer_costs", "validate_plan",
-           "available_cores", "cpu_time_profile", "load_changed", "default_warmup", "bracketed",
-           "with_tp_allreduce_bytes", "work_rows", "work_drift", "WORK_DRIFT_PCT"]
+__all__ = ["add_arguments", "run", "WAVES", "WARMUP_WAVES"]
 
 # A measured window after the ranks' memory has settled: with 2 warm-up waves of 14, the first touches of
 # the heap's pages still cost up to 15% more CPU per minibatch than the profile's steady state.
 WAVES, WARMUP_WAVES = 30, 12
-
-
-def default_warmup(waves: int) -> int:
-    """WARMUP_WAVES, or 2/5 of a shorter run (so that `--waves 10` alone still has a window)."""
-    return min(WARMUP_WAVES, 2 * waves // 5)
-LOAD_TOLERANCE = 0.2                  # cores; beyond this the host's load changed during a run
-# Percent; the suite's max throughput error target. A rank whose measured CPU work differs from the
-# profile's by more than this makes the prediction's inputs, not the simulator, the error's cause
-# (one WSP run's profile read 18-27% above the work its ranks did, unflagged).
-WORK_DRIFT_PCT = 8.0
-CPU_TYPE = GpuType(name="cpu", display_name="CPU rank", memory_bytes=4 * GIB, memory_bandwidth_Bps=1e10,
-                   peak_fp32_flops=5e10, peak_fp16_flops=5e10,
-                   sources=("placeholder: executor runs use measured profiles, not datasheet rates",))
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -50,302 +26,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="modelzoo model (default: the plan's model)")
     p.add_argument("--model-arg", action="append", default=[], metavar="NAME=INT",
                    help="model constructor argument, e.g. hidden=1024 (repeatable)")
-    p.add_argument("--waves", type=int, default=WAVES, help=f"waves per VW, simulated and executed (default {WAVES})")
-    p.add_argument("--warmup-waves", type=int, default=None,
+    p.add_argument("--waves", type=whole(1), default=WAVES,
+                   help=f"waves per VW, simulated and executed (default {WAVES})")
+    p.add_argument("--warmup-waves", type=whole(0), default=None,
                    help=f"waves left out of the window (default {WARMUP_WAVES}, at most 2/5 of --waves: a fresh "
                         "rank spends its first waves faulting in memory its later waves reuse, which the profile "
                         "does not time)")
     p.add_argument("--slowdown", action="append", default=[], metavar="GPU=FACTOR",
                    help="EMULATED slowdown of a plan GPU, simulated and executed (busy-wait), repeatable")
-    p.add_argument("--cores", type=float, default=None,
+    p.add_argument("--cores", type=real(0, above=True), default=None,
                    help="cores the ranks share (default: measured, the host's cores minus other load); "
                         "with --device cuda, how many stage ranks a shared GPU runs at once (default: measured)")
-    p.add_argument("--colocated-work", type=float, default=None, metavar="FACTOR",
+    p.add_argument("--colocated-work", type=real(0, above=True), default=None, metavar="FACTOR",
                    help="CPU work of the stages run together over run alone (default: measured, "
                         "executor.colocation; 1.0 for one stage rank)")
-    p.add_argument("--link-GBps", type=float, default=None, help="gloo loopback bandwidth (default: measured)")
-    p.add_argument("--latency-us", type=float, default=None, help="gloo message latency (default: measured)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--link-GBps", type=real(0, above=True), default=None,
+                   help="gloo loopback bandwidth (default: measured)")
+    p.add_argument("--latency-us", type=real(0), default=None, help="gloo message latency (default: measured)")
+    p.add_argument("--seed", type=whole(0), default=0)
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda: where the ranks compute")
     p.add_argument("--out", default=None, metavar="DIR", help="write prediction/ and measurement/ reports here")
-
-
-def _spin(seconds: float, out) -> None:
-    wall0, cpu0 = time.perf_counter(), time.process_time()
-    while time.perf_counter() - wall0 < seconds:
-        pass
-    out.put(time.process_time() - cpu0)
-
-
-def available_cores(seconds: float = 1.0) -> float:
-    """How many of this host's cores our processes get right now: spin one process per core and add
-    up the CPU time each received (on a quiet host this is the core count; other load lowers it)."""
-    ctx = multiprocessing.get_context("fork")
-    out = ctx.Queue()
-    procs = [ctx.Process(target=_spin, args=(seconds, out)) for _ in range(os.cpu_count() or 1)]
-    for p in procs:
-        p.start()
-    cpu = sum(out.get() for _ in procs)
-    for p in procs:
-        p.join()
-    return round(cpu / seconds, 2)
-
-
-def host_cluster(n_ranks: int, cores: float | None, link_Bps: float, latency_s: float,
-                 colocated_work: float = 1.0, device_type: GpuType = CPU_TYPE) -> Cluster:
-    """This machine: one node with `n_ranks` CPU rank slots host/gpu0.. sharing `cores` cores, linked
-    by gloo over loopback with the given bandwidth and per-message latency; compute costs
-    `colocated_work` times its profiled CPU work there (see executor.colocation). On CUDA the slots
-    are of `device_type` and `cores` is how many ranks the shared GPU runs at once (None: a GPU each)."""
-    slots = tuple(GpuSlot(id=f"host/gpu{i}", node="host", index=i, type=device_type) for i in range(n_ranks))
-    link = LinkSpec(kind="loopback", bandwidth_Bps=link_Bps, latency_s=latency_s)
-    name = f"this_host_{cores if cores is not None else 'dedicated'}_cores_{latency_s * 1e6:.0f}us_work_x{colocated_work:.3f}"
-    return Cluster(name=name, nodes=(Node(name="host", gpus=slots, intra_link=link, shared_cores=cores,
-                                          colocated_work=colocated_work),),
-                   network=link, ps_nodes=("host",), description="this host; devices are executor ranks")
-
-
-def onto_host(plan: Plan) -> tuple[Plan, dict[str, str]]:
-    """The plan with its GPUs renamed host/gpu0.. in plan order, and the renaming."""
-    names = {g: f"host/gpu{i}" for i, g in enumerate(dict.fromkeys(plan.gpus))}
-    vws = tuple(VirtualWorker(name=vw.name, stages=tuple(
-        StageSpec(gpu=names[s.gpu], tp_gpus=tuple(names[g] for g in s.tp_gpus), layers=s.layers)
-        for s in vw.stages)) for vw in plan.virtual_workers)
-    return replace(plan, virtual_workers=vws), names
-
-
-def with_optimizer_costs(profile: ModelProfile, per_layer_s: list[float], device_type: str = "cpu") -> ModelProfile:
-    """Fold the optimiser's per-minibatch work into each layer's backward (the simulator's UPDATE and
-    STEP take no time; in the executor they follow the backward on the same rank)."""
-    layers = tuple(replace(l, bwd_s={**l.bwd_s, device_type: l.bwd_s[device_type] + extra})
-                   for l, extra in zip(profile.layers, per_layer_s))
-    return replace(profile, layers=layers, source=profile.source + " + measured optimiser work in bwd_s")
-
-
-def with_tp_allreduce_bytes(profile: ModelProfile, model: str, model_kwargs: dict) -> ModelProfile:
-    """The profile with each layer's tensor-parallel all-reduce bytes per pass (modelzoo.saved, counted
-    on the meta device at the profile's batch), which a measured profile lacks: the simulator runs a TP
-    stage's compute divided by its degree, then these all-reduces on the node's links."""
-    import modelzoo
-    from modelzoo.saved import count_saved
-    net, example = modelzoo.build(model, batch=profile.batch_size, device="meta", **model_kwargs)
-    counts = count_saved(modelzoo.layer_graph(net), example)
-    layers = tuple(replace(l, tp_allreduce_bytes=c.tp_allreduce_bytes) for l, c in zip(profile.layers, counts))
-    return replace(profile, layers=layers, source=profile.source + " + TP all-reduce bytes counted by modelzoo.saved")
-
-
-def cuda_type(device: str = "cuda") -> GpuType:
-    """This host's GPU as a GpuType keyed "cuda" (the profile measured here uses that key)."""
-    import torch
-    props = torch.cuda.get_device_properties(torch.device(device))
-    return GpuType(name="cuda", display_name=props.name, memory_bytes=props.total_memory,
-                   memory_bandwidth_Bps=1e12, peak_fp32_flops=1e13, peak_fp16_flops=1e13,
-                   sources=("placeholder rates: executor runs use profiles measured on this GPU",))
-
-
-def cpu_time_profile(model: str, batch: int, repeats: int, model_kwargs: dict) -> ModelProfile:
-    """modelzoo.profiler's per-layer profile, timed in thread CPU seconds instead of wall seconds.
-
-    The simulator shares a node's cores among busy ranks as a fluid: a layer's cost is CPU work, and
-    contention (from other ranks or other jobs, measured by `available_cores`) stretches it. Timing the
-    profile by wall clock on a loaded host would count the contention twice. With one torch thread,
-    forwards and backwards of CPU tensors run on the calling thread, so its CPU clock sees all work.
-    """
-    from types import SimpleNamespace
-
-    import modelzoo.profiler as profiler
-    wall = profiler.time
-    profiler.time = SimpleNamespace(perf_counter=time.thread_time)   # the profiler's only clock call
-    try:
-        profile = profiler.measure_profile(model, batch, device_type="cpu", threads=1, repeats=repeats,
-                                           **model_kwargs)
-        return replace(profile, source=profile.source + ", timed in thread CPU seconds")
-    finally:
-        profiler.time = wall
-
-
-def validate_plan(plan: Plan, *, model: str | None = None, model_kwargs: dict | None = None, waves: int = WAVES,
-                  warmup_waves: int | None = None, slowdown: dict[str, float] | None = None, cores: int | None = None,
-                  link_Bps: float | None = None, latency_s: float | None = None, seed: int = 0,
-                  profile_repeats: int = 5, colocated_work: float | None = None,
-                  profile: ModelProfile | None = None, device: str = "cpu"):
-    """(prediction, measurement) of one plan on this host, predicted from profiles measured here
-    just before and just after the run (`bracketed`; or `profile`, measured earlier on this host at
-    the plan's minibatch size, with the optimiser's work measured at both ends). `warmup_waves`
-    defaults to `default_warmup(waves)`; `colocated_work` to the factor measured now for the plan's
-    stages (executor.colocation; 1.0 for one stage rank). `device` "cuda" runs the ranks on GPUs
-    (see the module docstring; `cores` then means the shared GPU's concurrency)."""
-    import hetsim
-    from executor import ExecOptions, launch
-    from executor.calibrate import optimizer_seconds
-
-    from executor.placement import gpu_count
-    ExecOptions(device=device)                          # a malformed device string is named here
-    if device != "cpu" and gpu_count() == 0:
-        raise HetsimError(f"--device {device}: torch sees no CUDA device on this host; use cpu")
-    plan, names = onto_host(plan)
-    model = model or plan.model
-    warmup_waves = default_warmup(waves) if warmup_waves is None else warmup_waves
-    slowdown = {names.get(g, g): f for g, f in (slowdown or {}).items()}
-    cluster = _host_now(plan, model, model_kwargs, slowdown, cores, link_Bps, latency_s, colocated_work, device)
-    key = cluster.gpus[0].type.name
-    given = profile
-    tensor_parallel = any(s.tp > 1 for vw in plan.virtual_workers for s in vw.stages)
-
-    def host_profile() -> ModelProfile:
-        measured = given or _profile(model, plan.minibatch_size, profile_repeats, model_kwargs or {}, device)
-        if tensor_parallel:
-            measured = with_tp_allreduce_bytes(measured, model, model_kwargs or {})
-        return with_optimizer_costs(measured, optimizer_seconds(
-            model, schedule=plan.schedule, nm=plan.nm, wsp=plan.sync.mode == "wsp", bsp=plan.sync.mode == "bsp",
-            model_kwargs=model_kwargs, device=device), key)
-    before = host_profile()
-    measurement = launch(plan, cluster, model, profile=before, model_kwargs=model_kwargs,
-                         options=ExecOptions(waves=waves, warmup_waves=warmup_waves, seed=seed,
-                                             slowdown=slowdown, data="random", device=device))
-    predicted_with = bracketed(before, host_profile(), plan, cluster, waves)
-    prediction = hetsim.simulate(cluster, predicted_with, plan, waves=waves, warmup_waves=warmup_waves,
-                                 seed=seed, slowdown=slowdown)
-    measurement.training["predicted_work_s_per_minibatch"] = {   # a TP member's: the stage's over t
-        g: sum(predicted_with.stage_times(key, *s.layers)) / s.tp * cluster.nodes[0].colocated_work
-        for vw in plan.virtual_workers for s in vw.stages for g in s.members}
-    errors = [abs(w.error_pct) for w in work_rows(measurement) if w.error_pct is not None]
-    measurement.training["cpu_work_drift"] = {"max_abs_error_pct": round(max(errors, default=0.0), 1),
-                                              "tolerance_pct": WORK_DRIFT_PCT}
-    # Load that came or went during the run is not in the prediction: measure again to tell.
-    if device == "cpu":
-        measurement.training["cores_available"] = {"before": cluster.nodes[0].shared_cores,
-                                                   "after": available_cores()}
-    else:
-        measurement.training["gpu_concurrency"] = cluster.nodes[0].shared_cores
-    measurement.training["colocated_work"] = cluster.nodes[0].colocated_work
-    return prediction, measurement
-
-
-def _host_now(plan: Plan, model: str, model_kwargs, slowdown, cores, link_Bps, latency_s, colocated_work,
-              device: str) -> Cluster:
-    """This host as it is now: the link, the cores (or the shared GPU's concurrency) and the stages'
-    co-located work measured unless given."""
-    from executor.calibrate import link_speed
-    from executor.placement import gpu_count, uses_nccl
-
-    stages = [s for vw in plan.virtual_workers for s in vw.stages]
-    # One probe per rank: a tensor-parallel stage's members each run their share of its layers.
-    ranks = [(s, k) for s in stages for k in range(s.tp)]
-    # Each probe does the optimiser work of the plan's schedule (per minibatch, or per wave).
-    probes = {"tp": [(k, s.tp) for s, k in ranks], "schedule": plan.schedule, "nm": plan.nm, "sync": plan.sync.mode}
-    nccl = uses_nccl(device, "auto", len(ranks))
-    if link_Bps is None or latency_s is None:
-        measured_latency, measured_Bps = link_speed(device=device, nccl=nccl and gpu_count() > 1)
-        link_Bps, latency_s = link_Bps or measured_Bps, latency_s if latency_s is not None else measured_latency
-    if device != "cpu":
-        from executor.colocation import gpu_concurrency
-        if cores is None and len(ranks) > gpu_count():
-            cores = round(gpu_concurrency(model, [s.layers for s, _ in ranks], batch=plan.minibatch_size,
-                                          model_kwargs=model_kwargs, device=device, **probes), 2)
-        return host_cluster(len(dict.fromkeys(plan.gpus)), cores, link_Bps, latency_s, colocated_work or 1.0, cuda_type(device))
-    if colocated_work is None:
-        from executor.colocation import colocation_factor
-        colocated_work = colocation_factor(model, [s.layers for s, _ in ranks], batch=plan.minibatch_size,
-                                           model_kwargs=model_kwargs,
-                                           slowdowns=[slowdown.get(s.members[k], 1.0) for s, k in ranks], **probes)
-    return host_cluster(len(dict.fromkeys(plan.gpus)), cores or available_cores(), link_Bps, latency_s, round(colocated_work, 3))
-
-
-def _profile(model: str, batch: int, repeats: int, model_kwargs: dict, device: str) -> ModelProfile:
-    """Per-layer seconds on this host: thread CPU seconds on CPU, CUDA events on a GPU (key "cuda")."""
-    if device == "cpu":
-        return cpu_time_profile(model, batch, repeats, model_kwargs)
-    import modelzoo.profiler as profiler
-    return profiler.measure_profile(model, batch, device=device, device_type="cuda", threads=1, repeats=repeats,
-                                    **model_kwargs)
-
-
-def bracketed(before: ModelProfile, after: ModelProfile, plan: Plan, cluster: Cluster, waves: int) -> ModelProfile:
-    """The mean of profiles taken just before and just after a run, for its prediction: this VM's speed
-    drifts (the same 15-pass profile read 4-6% apart across one 30 s run), and the mean follows the
-    speed over the run where one side of it does not. Neither profile is timed from the run itself.
-    The executor ordered a hetpipe schedule by `before`; if the mean would order it otherwise, the
-    prediction keeps `before`, so that both sides replay one schedule."""
-    from hetsim.feasibility import vw_schedule
-
-    layers = tuple(replace(b, fwd_s={k: (v + a.fwd_s[k]) / 2 for k, v in b.fwd_s.items()},
-                           bwd_s={k: (v + a.bwd_s[k]) / 2 for k, v in b.bwd_s.items()})
-                   for b, a in zip(before.layers, after.layers))
-    mean = replace(before, layers=layers, source=before.source + "; mean of profiles before and after the run")
-    same = all(vw_schedule(plan, vw, cluster, mean.scaled_to_batch(plan.minibatch_size), waves)
-               == vw_schedule(plan, vw, cluster, before.scaled_to_batch(plan.minibatch_size), waves)
-               for vw in plan.virtual_workers)
-    return mean if same else before
-
-
-def load_changed(measurement, tolerance: float = LOAD_TOLERANCE) -> str | None:
-    """A warning when the cores our ranks could get differed before and after the run."""
-    cores = measurement.training.get("cores_available")
-    if not cores or abs(cores["after"] - cores["before"]) <= tolerance:
-        return None
-    return (f"the cores available to our ranks changed during the run ({cores['before']} before, "
-            f"{cores['after']} after): other load on this host makes this comparison unreliable")
-
-
-def work_drift(measurement, tolerance: float = WORK_DRIFT_PCT) -> str | None:
-    """A warning when some rank's measured CPU work per minibatch differs from the profile's prediction
-    by more than `tolerance` percent: the profile around the run did not describe the work the ranks did."""
-    drifted = [w for w in work_rows(measurement) if w.error_pct is not None and abs(w.error_pct) > tolerance]
-    if not drifted:
-        return None
-    worst = max(drifted, key=lambda w: abs(w.error_pct))
-    return (f"{len(drifted)} rank(s) did CPU work differing from the profile's by more than {tolerance:g}% "
-            f"(worst {worst.metric.split(' CPU work')[0]}: {worst.predicted:.1f} ms predicted, {worst.measured:.1f} "
-            f"measured, {worst.error_pct:+.1f}%): the prediction's inputs, not the simulator, may explain its error")
-
-
-def work_rows(measurement) -> list:
-    """Per rank: profiled CPU work per minibatch vs the CPU work the executor's ranks measured (thread
-    CPU time of forward, backward and optimiser, without emulation): independent of host load."""
-    from hetsim.compare import Comparison
-    cpu = measurement.training["compute_work_s_per_minibatch"]
-    return [Comparison(metric=f"{g.id} [{g.vw} s{g.stage}{f' tp{g.tp}' if g.tp > 1 else ''}] CPU work ms/minibatch",
-                       predicted=1e3 * measurement.training["predicted_work_s_per_minibatch"][g.id],
-                       measured=1e3 * cpu[g.id]) for g in measurement.gpus]
+    add_quiet(p)
 
 
 def run(args: argparse.Namespace) -> int:
-    import hetsim
-    from executor.__main__ import model_kwargs
-    from hetsim.cli.simulate import _slowdowns
-    from hetsim.compare import compare_reports, format_comparison
-
-    plan = hetsim.load_plan(args.plan)
-    if args.cores is not None and args.cores <= 0:
-        raise HetsimError(f"--cores: must be > 0, got {args.cores}")
-    if args.device == "cpu":
-        args.cores = args.cores or available_cores()
-    if args.colocated_work is not None and args.colocated_work <= 0:
-        raise HetsimError(f"--colocated-work: must be > 0, got {args.colocated_work}")
-    prediction, measurement = validate_plan(
-        plan, model=args.model, model_kwargs=model_kwargs(args.model_arg), waves=args.waves,
-        warmup_waves=args.warmup_waves, slowdown=_slowdowns(args.slowdown), cores=args.cores,
-        link_Bps=args.link_GBps * 1e9 if args.link_GBps else None,
-        latency_s=args.latency_us * 1e-6 if args.latency_us is not None else None, seed=args.seed,
-        colocated_work=args.colocated_work, device=args.device)
-    if args.device == "cpu":
-        where = (f"{args.cores} of {os.cpu_count()} cores available, shared by {len(measurement.gpus)} stage ranks, "
-                 f"compute x{measurement.training['colocated_work']} co-located")
-    else:
-        shared = measurement.training["gpu_concurrency"]
-        where = (f"{len(measurement.gpus)} stage ranks on {args.device}, "
-                 + (f"one GPU shared, concurrency {shared}" if shared else "a GPU each"))
-    print(f"validate: plan {plan.name} on this host ({where}), {args.waves} waves, "
-          f"{measurement.settings['warmup_waves']} warm-up")
-    print(format_comparison(compare_reports(prediction, measurement) + work_rows(measurement)))
-    for note in measurement.notes[1:]:
-        print(f"note: {note}")
-    for warning in (load_changed(measurement), work_drift(measurement)):
-        if warning:
-            print(f"warning: {warning}")
-    if args.out:
-        prediction.write(os.path.join(args.out, "prediction"))
-        measurement.write(os.path.join(args.out, "measurement"))
-        print(f"wrote {args.out}/prediction and {args.out}/measurement")
-    return 0
+    """Run executor.validate.run, looked up in hetsim.cli.torch_side (torch loads here, not at import)."""
+    return torch_side("validate")(args)

@@ -7,8 +7,11 @@ Pure functions over profiles and clusters (no simpy, no torch); only the last ra
     antichain   augmented antichains -> states in topological order -> the chain DP
     hetero      contiguous stages over an ordered list of unequal GPUs, and the GPU order
     allocation  HetPipe's NP / ED / HD and the automatic set of allocations
-    estimate    closed-form throughput used to prune
-    search      candidates x Nm x D, pruned, then simulated on local cores
+    estimate    closed-form throughput used to prune, and an upper bound of any simulated rate
+    bounds      best-first order of candidates, refining cheap upper bounds only when needed
+    memo        one partition per VW shape, relabelled onto every VW of that shape
+    tp_groups   tensor-parallel groups of one node as single pipeline-stage devices
+    search      candidates x Nm x D, bounded, estimated, the best simulated (branch and bound)
 """
 
 from hetsim.planner.allocation import POLICIES, Allocation, allocate

@@ -26,9 +26,10 @@ from hetsim.errors import PlanError
 from hetsim.memory import GIB, stage_memory
 from hetsim.plan import ASYNC_SCHEDULES
 from hetsim.profile import ModelProfile
+from hetsim.schedule.registry import schedule_kind
 from hetsim.topology import Topology
 
-__all__ = ["VwPartition", "in_flight", "partition_ordered", "partition_vw", "gpu_orders"]
+__all__ = ["VwPartition", "in_flight", "partition_ordered", "partition_vw", "partition_aligned", "gpu_orders"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,27 +64,31 @@ class VwPartition:
 
 
 def in_flight(schedule: str, n_stages: int, stage: int, nm: int) -> int:
-    """Minibatches a stage may hold at once, an upper bound of what the schedule IR reaches.
-
-    1f1b / 1f1b-flush: min(Nm, k - s) (PipeDream's warm-up). hetpipe: Nm, except on the last stage,
-    whose backward is ready the instant its forward ends and runs first (backward wins ties), so it
-    holds one. gpipe: Nm.
-    """
-    if schedule in ("1f1b", "1f1b-flush"):
-        return min(nm, n_stages - stage)
-    if schedule == "hetpipe" and stage == n_stages - 1:
-        return 1
-    return nm
+    """Minibatches a stage may hold at once, an upper bound of what the schedule IR reaches: the
+    schedule's in-flight rule in hetsim.schedule.registry (one model chunk per stage)."""
+    return schedule_kind(schedule).in_flight(n_stages, stage, nm, 1)
 
 
 def partition_ordered(profile: ModelProfile, gpus: list[GpuSlot], topology: Topology, *, nm: int,
                       schedule: str = "hetpipe", optimizer_state_copies: int = 1,
-                      cache: dict | None = None) -> VwPartition:
-    """The best contiguous split of every layer over `gpus` in this order (one stage per GPU).
+                      cache: dict | None = None, tp: int = 1) -> VwPartition:
+    """The best contiguous split of every layer over `gpus` in this order (one stage per GPU, or per
+    tensor-parallel group of `tp` GPUs led by it: see `_compute`).
 
     `cache` (any dict) keeps per-GPU-type tables between calls on the same profile.
     """
     cache = {} if cache is None else cache
+    _, bounds = _best_split(profile, gpus, topology, nm, schedule, optimizer_state_copies, cache, tp=tp)
+    return _describe(profile, gpus, bounds, topology, nm, schedule, optimizer_state_copies, cache, tp)
+
+
+def _best_split(profile, gpus, topology, nm, schedule, optimizer_state_copies, cache,
+                lanes: list[list[GpuSlot]] | None = None, tp: int = 1) -> tuple[float, tuple]:
+    """(slowest stage seconds, stage boundaries) of the DP; describing the split is left to the caller,
+    which needs it for the best order only. With `lanes` (GPU lists of equal length, `gpus` among
+    them), one split for all of them: stage s costs its slowest lane's time and must fit every
+    lane's GPU s."""
+    lanes = lanes or [gpus]
     n, k = profile.n_layers, len(gpus)
     if k > n:
         raise PlanError(f"{profile.model}: {k} GPUs in one virtual worker but only {n} layers")
@@ -92,7 +97,7 @@ def partition_ordered(profile: ModelProfile, gpus: list[GpuSlot], topology: Topo
     value = np.full(n + 1, np.inf)
     value[0] = 0.0
     choice = np.zeros((k, n + 1), dtype=np.int64)
-    for s, gpu in enumerate(gpus):
+    for s in range(k):
         rows = np.flatnonzero(np.isfinite(value))          # where stage s can start
         if not len(rows):
             break
@@ -100,8 +105,12 @@ def partition_ordered(profile: ModelProfile, gpus: list[GpuSlot], topology: Topo
             rows = slice(int(rows[0]), int(rows[-1]) + 1)
         starts = np.arange(n + 1)[rows]
         ends = np.arange(n - (k - 1 - s) + 1)              # leave a layer for every later GPU
-        limit = _limit(profile, gpu, in_flight(schedule, k, s, nm), schedule, optimizer_state_copies, cache)
-        cand = _stage_matrix(profile, gpus, s, topology, cache, rows, len(ends))
+        flight = in_flight(schedule, k, s, nm)
+        limit = _limit(profile, lanes[0][s], flight, schedule, optimizer_state_copies, cache, tp)
+        cand = _stage_matrix(profile, lanes[0], s, topology, cache, rows, len(ends), tp)
+        for lane in lanes[1:]:
+            limit = np.minimum(limit, _limit(profile, lane[s], flight, schedule, optimizer_state_copies, cache, tp))
+            np.maximum(cand, _stage_matrix(profile, lane, s, topology, cache, rows, len(ends), tp), out=cand)
         np.maximum(cand, value[rows][:, None], out=cand)
         cand[(ends[None, :] <= starts[:, None]) | (ends[None, :] > limit[rows][:, None])] = np.inf
         pick = np.argmin(cand, axis=0)
@@ -109,12 +118,26 @@ def partition_ordered(profile: ModelProfile, gpus: list[GpuSlot], topology: Topo
         value[ends] = cand[pick, ends]
         choice[s, ends] = starts[pick]
     if not np.isfinite(value[n]):
-        raise PlanError(_no_fit(profile, gpus, nm, schedule, optimizer_state_copies))
+        raise PlanError(_no_fit(profile, gpus, nm, schedule, optimizer_state_copies, tp))
     bounds = [n]
     for s in reversed(range(k)):
         bounds.append(int(choice[s, bounds[-1]]))
-    return _describe(profile, gpus, tuple(reversed(bounds)), topology, nm, schedule,
-                     optimizer_state_copies, cache)
+    return float(value[n]), tuple(reversed(bounds))
+
+
+def partition_aligned(profile: ModelProfile, lanes: list[list[GpuSlot]], topology: Topology, *, nm: int,
+                      schedule: str = "hetpipe", optimizer_state_copies: int = 1,
+                      cache: dict | None = None, tp: int = 1) -> list[VwPartition]:
+    """One set of layer ranges for several virtual workers, each on its GPUs in the order given (BSP
+    and SDPipe average stage by stage, so every VW needs the same ranges): the split whose slowest
+    stage over all VWs is fastest, every stage fitting each VW's GPU at its position."""
+    if len({len(lane) for lane in lanes}) > 1:
+        raise PlanError(f"{profile.model}: virtual workers of {sorted({len(l) for l in lanes})} GPUs cannot "
+                        "share layer ranges; sync bsp and sdpipe need VWs of as many stages")
+    cache = {} if cache is None else cache
+    _, bounds = _best_split(profile, lanes[0], topology, nm, schedule, optimizer_state_copies, cache, lanes, tp)
+    return [_describe(profile, lane, bounds, topology, nm, schedule, optimizer_state_copies, cache, tp)
+            for lane in lanes]
 
 
 def _link_s(topology: Topology, src: GpuSlot, dst: GpuSlot, nbytes):
@@ -122,20 +145,36 @@ def _link_s(topology: Topology, src: GpuSlot, dst: GpuSlot, nbytes):
     return route.latency_s + nbytes / topology.bottleneck_Bps(src.id, dst.id)
 
 
-def _compute(profile, gpu_type: str, cache) -> np.ndarray:
-    """c[i, j]: forward + backward seconds of layers [i, j) on one GPU type."""
-    key = ("compute", gpu_type)
+def _compute(profile, gpu: GpuSlot, cache, topology: Topology, tp: int = 1) -> np.ndarray:
+    """c[i, j]: forward + backward seconds of layers [i, j) on one GPU, or on a tensor-parallel group
+    of `tp` GPUs of its node led by it: the profile's TP times (`stage_times_tp`), plus, when they
+    leave them out, the activation all-reduces forward and backward, each a ring moving 2 (tp - 1) /
+    tp of the bytes over the lead's node link (as `hetsim.planner.estimate.plan_partitions` counts)."""
+    gpu_type = gpu.type.name
+    if tp == 1:
+        key = ("compute", gpu_type)
+        if key not in cache:
+            profile.require_gpu_type(gpu_type)
+            total = np.cumsum([0.0] + [l.fwd_s[gpu_type] + l.bwd_s[gpu_type] for l in profile.layers])
+            cache[key] = total[None, :] - total[:, None]
+        return cache[key]
+    bw = topology.capacity_Bps[f"{gpu.id}:out"]
+    key = ("compute", gpu_type, tp, bw)
     if key not in cache:
-        profile.require_gpu_type(gpu_type)
-        total = np.cumsum([0.0] + [l.fwd_s[gpu_type] + l.bwd_s[gpu_type] for l in profile.layers])
+        total = np.zeros(profile.n_layers + 1)
+        for hi in range(1, profile.n_layers + 1):
+            times = profile.stage_times_tp(gpu_type, 0, hi, tp)
+            ring = 0.0 if times.measured_tp else \
+                2 * 2 * (tp - 1) / tp * profile.stage_tp_allreduce_bytes(0, hi) / bw
+            total[hi] = times.fwd_s + times.bwd_s + ring
         cache[key] = total[None, :] - total[:, None]
     return cache[key]
 
 
-def _stage_matrix(profile, gpus, s, topology, cache, rows, n_ends) -> np.ndarray:
+def _stage_matrix(profile, gpus, s, topology, cache, rows, n_ends, tp: int = 1) -> np.ndarray:
     """t[i, j] for start i in `rows` and end j < n_ends: compute of layers [i, j) on GPU s plus
     receiving cut i and sending cut j."""
-    t = np.array(_compute(profile, gpus[s].type.name, cache)[rows, :n_ends])    # a copy to work in
+    t = np.array(_compute(profile, gpus[s], cache, topology, tp)[rows, :n_ends])    # a copy to work in
     cuts = cache["cuts"]
     if s > 0:
         t += _link_s(topology, gpus[s - 1], gpus[s], cuts[rows])[:, None]
@@ -144,20 +183,21 @@ def _stage_matrix(profile, gpus, s, topology, cache, rows, n_ends) -> np.ndarray
     return t
 
 
-def _limit(profile, gpu: GpuSlot, flight: int, schedule: str, copies: int, cache) -> np.ndarray:
+def _limit(profile, gpu: GpuSlot, flight: int, schedule: str, copies: int, cache, tp: int = 1) -> np.ndarray:
     key = ("limit", gpu.type.memory_bytes, gpu.type.framework_reserve_bytes, flight,
-           schedule in ASYNC_SCHEDULES, copies)
+           schedule in ASYNC_SCHEDULES, copies, tp)
     if key not in cache:
-        cache[key] = _max_end(profile, gpu, flight, schedule, copies)
+        cache[key] = _max_end(profile, gpu, flight, schedule, copies, tp)
     return cache[key]
 
 
-def _max_end(profile, gpu: GpuSlot, flight: int, schedule: str, copies: int) -> np.ndarray:
+def _max_end(profile, gpu: GpuSlot, flight: int, schedule: str, copies: int, tp: int = 1) -> np.ndarray:
     """For each start layer, the last end layer whose stage still fits the GPU (start if none)."""
     n = profile.n_layers
     fits = lambda lo, hi: stage_memory(profile, lo, hi, in_flight=flight,
                                        asynchronous=schedule in ASYNC_SCHEDULES, optimizer_state_copies=copies,
-                                       reserve_bytes=gpu.type.framework_reserve_bytes).total_bytes <= gpu.type.memory_bytes
+                                       reserve_bytes=gpu.type.framework_reserve_bytes,
+                                       tp=tp).total_bytes <= gpu.type.memory_bytes
     out = np.zeros(n + 1, dtype=np.int64)
     for lo in range(n + 1):
         a, b = lo, n                     # fits(lo, a) holds (an empty stage), find the last hi
@@ -171,9 +211,9 @@ def _max_end(profile, gpu: GpuSlot, flight: int, schedule: str, copies: int) -> 
     return out
 
 
-def _describe(profile, gpus, bounds, topology, nm, schedule, copies, cache) -> VwPartition:
+def _describe(profile, gpus, bounds, topology, nm, schedule, copies, cache, tp: int = 1) -> VwPartition:
     k = len(gpus)
-    compute = tuple(float(_compute(profile, g.type.name, cache)[bounds[s], bounds[s + 1]])
+    compute = tuple(float(_compute(profile, g, cache, topology, tp)[bounds[s], bounds[s + 1]])
                     for s, g in enumerate(gpus))
     nbytes = tuple(profile.cut_bytes(bounds[s + 1]) for s in range(k - 1))
     transfer = tuple(float(_link_s(topology, gpus[s], gpus[s + 1], nbytes[s])) for s in range(k - 1))
@@ -181,18 +221,20 @@ def _describe(profile, gpus, bounds, topology, nm, schedule, copies, cache) -> V
                   for s in range(k))
     memory = tuple(stage_memory(profile, bounds[s], bounds[s + 1], in_flight=in_flight(schedule, k, s, nm),
                                 asynchronous=schedule in ASYNC_SCHEDULES, optimizer_state_copies=copies,
-                                reserve_bytes=gpus[s].type.framework_reserve_bytes).total_bytes for s in range(k))
+                                reserve_bytes=gpus[s].type.framework_reserve_bytes, tp=tp).total_bytes
+                   for s in range(k))
     return VwPartition(gpus=tuple(g.id for g in gpus), boundaries=bounds, compute_s=compute,
                        transfer_s=transfer, transfer_bytes=nbytes, stage_s=stage, memory_bytes=memory,
                        param_bytes=tuple(profile.stage_param_bytes(bounds[s], bounds[s + 1])
                                          for s in range(k)))
 
 
-def _no_fit(profile, gpus, nm, schedule, copies) -> str:
+def _no_fit(profile, gpus, nm, schedule, copies, tp: int = 1) -> str:
     whole = stage_memory(profile, 0, profile.n_layers, in_flight=nm,
                          asynchronous=schedule in ASYNC_SCHEDULES, optimizer_state_copies=copies)
-    have = sum(g.type.memory_bytes for g in gpus)
-    names = ", ".join(f"{g.id} ({g.type.memory_gib:.1f} GiB)" for g in gpus)
+    have = tp * sum(g.type.memory_bytes for g in gpus)
+    group = f" x TP {tp}" if tp > 1 else ""
+    names = ", ".join(f"{g.id}{group} ({g.type.memory_gib:.1f} GiB)" for g in gpus)
     return (f"{profile.model} (minibatch {profile.batch_size}, Nm={nm}) does not fit {names}: every split "
             f"leaves a stage over its GPU's memory (on one GPU it would need {whole.total_bytes / GIB:.2f} "
             f"GiB, these GPUs have {have / GIB:.1f} GiB together); lower Nm or add GPUs")
@@ -208,7 +250,7 @@ def gpu_orders(gpus: list[GpuSlot], max_orders: int = 720) -> list[list[GpuSlot]
     pools: dict[tuple, list[GpuSlot]] = {}
     for g in sorted(gpus, key=lambda g: g.id):
         pools.setdefault(signature(g), []).append(g)
-    counts = [len(v) for v in pools.values()]
+    counts = [len(pools[key]) for key in sorted(pools)]     # in the order _multiset_orders walks the keys
     n_orders = math.factorial(len(gpus)) // math.prod(math.factorial(c) for c in counts)
     if n_orders <= max_orders:
         return [_assign(order, pools) for order in _multiset_orders(sorted(pools), counts)]
@@ -248,22 +290,25 @@ def _assign(order: tuple, pools: dict) -> list[GpuSlot]:
 
 def partition_vw(profile: ModelProfile, gpus: list[GpuSlot], topology: Topology, *, nm: int,
                  schedule: str = "hetpipe", optimizer_state_copies: int = 1,
-                 max_orders: int = 720, cache: dict | None = None) -> VwPartition:
+                 max_orders: int = 720, cache: dict | None = None, tp: int = 1) -> VwPartition:
     """The best GPU order and split for one virtual worker; ties keep the first order tried.
 
     Orders are enumerated (`gpu_orders`) while there are at most `max_orders`; beyond that, node
     blocks are reordered by swapping pairs while the slowest stage improves, from the fastest-first
-    and the slowest-first order (a local search, not a guaranteed optimum).
+    and the slowest-first order (a local search, not a guaranteed optimum). Orders that differ only
+    by renaming alike nodes (`_node_kinds`) have the same stage times and are solved once; only the
+    best order's split is described.
     """
-    tried: dict[tuple, VwPartition | PlanError] = {}
+    tried: dict[tuple, _Split | PlanError] = {}
     cache = {} if cache is None else cache              # tables of this profile, see partition_ordered
+    kind = _node_kinds(gpus, topology)
 
     def evaluate(order: list[GpuSlot]):
-        key = tuple(g.id for g in order)
+        key = _order_key(order, kind)
         if key not in tried:
             try:
-                tried[key] = partition_ordered(profile, order, topology, nm=nm, schedule=schedule,
-                                               optimizer_state_copies=optimizer_state_copies, cache=cache)
+                tried[key] = _Split(order, *_best_split(profile, order, topology, nm, schedule,
+                                                        optimizer_state_copies, cache, tp=tp))
             except PlanError as exc:
                 tried[key] = exc
         return tried[key]
@@ -276,10 +321,38 @@ def partition_vw(profile: ModelProfile, gpus: list[GpuSlot], topology: Topology,
         speed = lambda b: -sum(g.type.peak_fp32_flops for g in b)
         for seed in (sorted(blocks, key=speed), sorted(blocks, key=speed)[::-1]):
             _swap_search(seed, evaluate)
-    found = [p for p in tried.values() if isinstance(p, VwPartition)]
+    found = [p for p in tried.values() if isinstance(p, _Split)]
     if not found:
         raise next(iter(tried.values()))
-    return min(found, key=lambda p: p.bottleneck_s)
+    best = min(found, key=lambda p: p.bottleneck_s)
+    return _describe(profile, best.order, best.bounds, topology, nm, schedule, optimizer_state_copies, cache, tp)
+
+
+@dataclass(frozen=True)
+class _Split:
+    order: list[GpuSlot]
+    bottleneck_s: float
+    bounds: tuple[int, ...]
+
+
+def _node_kinds(gpus: list[GpuSlot], topology: Topology) -> dict[str, object]:
+    """Nodes that play the same part in any order: same links and the same GPU types of this VW.
+    Slower node-to-node paths make every node distinct."""
+    cluster = topology.cluster
+    types: dict[str, list[str]] = {}
+    for g in gpus:
+        types.setdefault(g.node, []).append(g.type.name)
+    if cluster.paths:
+        return {name: name for name in types}
+    return {name: (repr(cluster.node(name).intra_link), repr(cluster.nic(name)), cluster.node(name).nic_per_gpu,
+                   tuple(sorted(t))) for name, t in types.items()}
+
+
+def _order_key(order: list[GpuSlot], kind: dict[str, object]) -> tuple:
+    """Orders equal up to renaming nodes of one kind have the same stage times: one key for them
+    (nodes numbered by first appearance)."""
+    rank: dict[str, int] = {}
+    return tuple((g.type.name, kind[g.node], rank.setdefault(g.node, len(rank))) for g in order)
 
 
 def _swap_search(blocks: list[list[GpuSlot]], evaluate) -> None:

@@ -1,28 +1,38 @@
-"""Whole-plan search: allocations x Nm x D, pruned by the closed form, ranked by the simulator.
+"""Whole-plan search: allocations x Nm x D, bounded, estimated in closed form, ranked by the simulator.
 
-Every candidate is partitioned (`hetsim.planner.hetero`), checked by `hetsim.feasibility.check_plan`
-(the one place the memory and structure rules live) and estimated in closed form
-(`hetsim.planner.estimate`). The best `top_k` estimates, and every estimate within `margin` of the best,
-are then simulated in parallel on local cores; results come back in submission order, so the ranking is
-deterministic. Candidates that cannot run keep the reason.
+Every candidate (an allocation at one Nm and D) starts as an upper bound of its estimate; the
+partitions and the estimate are computed only when that bound reaches the top of a priority queue
+(`hetsim.planner.bounds`), so estimates come out best first without estimating what is never
+reached. VWs of one shape share one partition (`hetsim.planner.memo`); with sync bsp or sdpipe,
+which average stage by stage, every VW of a candidate gets the same layer ranges. Each tensor-parallel
+degree in `tp_values` adds the same search on groups of that many GPUs (`hetsim.planner.tp_groups`).
+Plans are built and checked by `hetsim.feasibility.check_plan` (the one place the memory and
+structure rules live) best first, as far as the ranking shows them. On clusters of up to `sim_max_gpus` GPUs, candidates are then
+simulated (on Dask workers, `hetsim.fanout`; results in submission order, so the ranking is
+deterministic): the `top_k` best estimates, those within `margin` of the best, and every candidate
+whose rate bound could still beat the best simulated rate (branch and bound), which finds the plan
+that simulating every candidate finds (`exhaustive=True`, kept as the reference). Larger clusters
+are ranked by the estimate. Candidates that cannot run keep the reason.
 """
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import ProcessPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from hetsim.cluster import Cluster, GpuSlot
+from hetsim.cluster import Cluster
 from hetsim.errors import HetsimError, PlanError
 from hetsim.feasibility import check_plan
-from hetsim.plan import SCHEDULES, Plan, StageSpec, SyncSpec, VirtualWorker
+from hetsim.plan import Plan, StageSpec, SyncSpec, VirtualWorker
 from hetsim.planner.allocation import Allocation, allocate
-from hetsim.planner.estimate import Estimate, bsp_estimate, vw_rate, wsp_estimate
-from hetsim.planner.hetero import VwPartition, partition_vw
+from hetsim.planner.bounds import LazyEstimate, best_first, shape_bound
+from hetsim.planner.estimate import Estimate, PsRoutes, bsp_estimate, rate_bound
+from hetsim.planner.hetero import VwPartition
+from hetsim.planner.memo import PartitionMemo
+from hetsim.planner.tp_groups import tp_view
 from hetsim.profile import ModelProfile
+from hetsim.schedule.registry import schedule_kind
 from hetsim.topology import Topology
 
 __all__ = ["SearchSpace", "Candidate", "SearchResult", "search_plans", "POLICY_CHOICES"]
@@ -48,6 +58,20 @@ class SearchSpace:
     jitter_cv: float = 0.02
     seed: int = 0
     workers: int = 0                       # processes for simulation; 0 = every local core
+    scheduler: str | None = None           # a running Dask scheduler's address, instead of local workers
+    sync: str = "wsp"                      # how the VWs of multi-VW candidates synchronise: wsp, bsp, sdpipe
+    # Tensor-parallel degrees: each pipeline stage a group of t GPUs of one node (`tp_groups`). WSP and
+    # SDPipe do not model TP stages, so with them t > 1 only tries single-VW allocations.
+    tp_values: tuple[int, ...] = (1,)
+    # Today's reference search: simulate every feasible candidate. The default simulates only on
+    # clusters of at most `sim_max_gpus` GPUs, best estimate first, skipping candidates whose rate
+    # bound (raised by `bound_slack`) is below the best simulated rate: the same best plan, fewer
+    # simulations. Larger clusters are ranked by the estimate alone (a full simulation of 64 VWs
+    # takes tens of seconds).
+    exhaustive: bool = False
+    bound_slack: float = 0.03              # how far a simulation may beat the bound (jitter, finite window)
+    sim_max_gpus: int = 32
+    keep: int = 20                         # plans built and checked beyond the simulated ones, best first
 
     def __post_init__(self):
         for p in self.policies:
@@ -57,10 +81,15 @@ class SearchSpace:
             raise PlanError("search: give at least one policy, one Nm and one staleness bound")
         if any(n < 1 for n in self.nm_values) or any(d < 0 for d in self.staleness_values):
             raise PlanError("search: Nm must be >= 1 and staleness bounds >= 0")
-        if self.schedule not in SCHEDULES:
-            raise PlanError(f"schedule {self.schedule!r}: choose from {', '.join(SCHEDULES)}")
+        if not self.tp_values or any(t < 1 for t in self.tp_values):
+            raise PlanError(f"search: tp_values {list(self.tp_values)}: give tensor-parallel degrees >= 1")
+        schedule_kind(self.schedule)         # refuses an unknown name, listing the known ones
+        if self.sync not in ("wsp", "bsp", "sdpipe"):
+            raise PlanError(f"sync {self.sync!r}: choose from wsp, bsp, sdpipe")
         if self.top_k < 1 or self.margin < 0:
             raise PlanError("search: top_k must be >= 1 and margin >= 0")
+        if self.bound_slack < 0 or self.sim_max_gpus < 0 or self.keep < 0:
+            raise PlanError("search: bound_slack, sim_max_gpus and keep must be >= 0")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,6 +103,10 @@ class Candidate:
     reason: str = ""                       # why it cannot run, when plan is None
     simulated_mb_s: float | None = None
     memory_bytes: dict[str, int] = field(default_factory=dict, compare=False)
+    in_flight: int = 0                     # most minibatches in flight on one stage of its schedule
+    sync: SyncSpec | None = None           # what the plan will use, once built
+    schedule: str = ""
+    tp_groups: dict[str, tuple[str, ...]] = field(default_factory=dict, compare=False)   # lead -> TP group
 
     @property
     def feasible(self) -> bool:
@@ -90,6 +123,7 @@ class Candidate:
 class SearchResult:
     candidates: tuple[Candidate, ...]      # ranked: simulated, then estimated only, then infeasible
     simulated: int
+    pruned: int = 0                        # estimated below every listed one: never built nor checked
 
     @property
     def best(self) -> Candidate:
@@ -106,150 +140,207 @@ def search_plans(cluster: Cluster, profile: ModelProfile, space: SearchSpace = S
     if missing:
         raise PlanError(f"profile {profile.model}: no layer times for GPU type(s) {', '.join(missing)} of "
                         f"cluster {cluster.name} (it has: {', '.join(sorted(profile.gpu_types))})")
-    candidates = _enumerate(cluster, profile, space, progress)
-    feasible = [c for c in candidates if c.feasible]
-    if not feasible:
-        raise PlanError(_nothing_fits(profile, candidates))
-    feasible.sort(key=_estimate_key)
-    best_estimate = feasible[0].estimate.minibatches_per_s
-    chosen = [c for i, c in enumerate(feasible) if i < space.top_k
-              or c.estimate.minibatches_per_s >= (1 - space.margin) * best_estimate]
-    simulated = _simulate_all(cluster, profile, chosen, space, progress)
+    pending = _enumerate(cluster, profile, space, progress)
+    realised = _Realised(cluster, profile, pending)
+    if space.exhaustive:
+        realised.take(len(pending))
+        simulated = realised.feasible = _simulate_all(cluster, profile, realised.feasible, space, progress)
+    else:
+        simulated = _bounded(cluster, profile, realised, space, progress)
+        realised.take(len(simulated) + space.keep)
+    if not realised.feasible:
+        raise PlanError(_nothing_fits(profile, realised.failed + realised.unfit))
     simulated.sort(key=lambda c: -c.simulated_mb_s)       # stable: equal results keep estimate order
-    rest = feasible[len(chosen):]
-    infeasible = [c for c in candidates if not c.feasible]
-    return SearchResult(candidates=tuple(simulated + rest + infeasible), simulated=len(simulated))
-
-
-def _estimate_key(c: Candidate):
-    return (-c.estimate.minibatches_per_s, c.staleness, c.nm)
+    rest = [c for c in realised.feasible if c.simulated_mb_s is None]
+    return SearchResult(candidates=tuple(simulated + rest + realised.failed + realised.unfit),
+                        simulated=len(simulated), pruned=len(pending) - realised.seen)
 
 
 def _bar(progress: Progress | None, desc: str, total: int):
     return progress(desc, total) if progress else nullcontext(None)
 
 
-def _enumerate(cluster, profile, space, progress) -> list[Candidate]:
-    topology = Topology(cluster)
+@dataclass(frozen=True)
+class _Pending:
+    """A candidate before its plan is built: the allocation at one Nm (shared by its D variants)."""
+    policy: str
+    staleness: int
+    sync: SyncSpec
+    schedule: str
+    lazy: LazyEstimate
+    tp_groups: dict = field(default_factory=dict)
+
+
+class _Realised:
+    """Candidates turned into checked plans lazily, best estimate first (`best_first`): building
+    and checking a plan of hundreds of GPUs costs more than estimating it, and most candidates are
+    never shown."""
+
+    def __init__(self, cluster: Cluster, profile: ModelProfile, pending: list[_Pending]):
+        self.cluster, self.profile, self.pending = cluster, profile, pending
+        self.ranked = best_first([(p.lazy, p.staleness, p.lazy.nm) for p in pending])
+        self.feasible: list[Candidate] = []
+        self.failed: list[Candidate] = []                 # partitioned, but the plan check refused it
+        self.unfit: list[Candidate] = []                  # no partition fits (one per allocation and Nm)
+        self.seen = 0
+
+    def take(self, n_feasible: int) -> None:
+        """Realise candidates until `n_feasible` of them hold up or none are left."""
+        while len(self.feasible) < n_feasible:
+            i, lazy = next(self.ranked, (None, None))
+            if i is None:
+                return
+            p = self.pending[i]
+            if lazy is None:
+                self.unfit.append(Candidate(policy=p.policy, nm=p.lazy.nm, staleness=0, reason=str(p.lazy.error)))
+                self.seen += sum(q.lazy is p.lazy for q in self.pending)
+                continue
+            c = _checked(self.cluster, self.profile, Candidate(
+                policy=p.policy, nm=lazy.nm, staleness=p.staleness, partitions=tuple(lazy.parts),
+                estimate=lazy.estimate(), sync=p.sync, schedule=p.schedule, tp_groups=p.tp_groups))
+            self.seen += 1
+            (self.feasible if c.feasible else self.failed).append(c)
+
+
+# Candidates simulated per round of the bounded search: fixed, not the worker count, so that the
+# same candidates are simulated (and the same ranking printed) on one core or many.
+_BATCH = 2
+
+
+def _bounded(cluster, profile, realised: _Realised, space: SearchSpace, progress) -> list[Candidate]:
+    """Branch and bound over simulations, on clusters small enough to simulate (`sim_max_gpus`):
+    simulate the `top_k` best estimates and those within `margin` of the best (what the search
+    always simulated), then, best estimate first, every other candidate whose `rate_bound` (raised by `bound_slack` for jitter and the
+    finite window) is not below the best simulated rate so far. The best plan is then the one
+    simulating everything finds. Larger clusters are ranked by the estimate alone."""
+    if len(cluster.gpus) > space.sim_max_gpus:
+        return []
+    realised.take(len(realised.pending))
+    feasible = realised.feasible
+    bound = [rate_bound(list(c.partitions), c.nm) * (1 + space.bound_slack) for c in feasible]
+    top = feasible[0].estimate.minibatches_per_s if feasible else 0.0
+    asked = {i for i, c in enumerate(feasible)           # what top_k and margin ask for, as before
+             if i < space.top_k or c.estimate.minibatches_per_s >= (1 - space.margin) * top}
+    done: dict[int, Candidate] = {}
+    best = 0.0
+    batch = sorted(asked)                                  # one fan-out, as many workers as help
+    while batch:
+        for i, c in zip(batch, _simulate_all(cluster, profile, [feasible[i] for i in batch], space, progress)):
+            done[i] = c
+            best = max(best, c.simulated_mb_s)
+        batch = [i for i in range(len(feasible)) if i not in done and bound[i] >= best][:_BATCH]
+    realised.feasible = [done.get(i, c) for i, c in enumerate(feasible)]
+    return [done[i] for i in sorted(done)]
+
+
+def _enumerate(cluster, profile, space, progress) -> list[_Pending]:
+    """Every candidate with a bound of its estimate; partitions are made when the bound is reached."""
+    views = []
+    for tp in space.tp_values:
+        view, members = (cluster, {}) if tp == 1 else tp_view(cluster, tp)
+        if view.nodes:
+            views.append((tp, view, members, _allocations(view, space, tp)))
+    pending: list[_Pending] = []
+    bounds: dict = {}
+    memos = {}
+    with _bar(progress, "bound", sum(len(v[3]) for v in views) * len(space.nm_values)) as bar:
+        for tp, view, members, allocations in views:
+            topology = Topology(view)
+            memo = memos[tp] = PartitionMemo(view, profile, topology, tp)
+            routes = PsRoutes(topology)
+            for alloc in allocations:
+                if tp > 1:
+                    alloc = Allocation(policy=f"{alloc.policy}+TP{tp}", groups=alloc.groups)
+                for nm in space.nm_values:
+                    pending += [replace(p, tp_groups=members)
+                                for p in _candidates(memo, topology, routes, alloc, nm, space, bounds)]
+                    if bar is not None:
+                        bar.update(1)
+    if "horovod" in space.policies:
+        memo = memos.get(1) or PartitionMemo(cluster, profile, Topology(cluster))
+        pending += _horovod(memo, memo.topology)
+    return pending
+
+
+def _allocations(cluster, space, tp: int) -> list[Allocation]:
+    """The policies' allocations, each once; with TP groups and a sync that cannot run them, only
+    the single-VW ones."""
     allocations: list[Allocation] = []
+    seen: set = set()
     for policy in space.policies:
         if policy != "horovod":
-            allocations += [a for a in allocate(cluster, policy)
-                            if all(a.groups != b.groups for b in allocations)]
-    out: list[Candidate] = []
-    cache: dict = {}
-    with _bar(progress, "partition", len(allocations) * len(space.nm_values)) as bar:
-        for alloc in allocations:
-            for nm in space.nm_values:
-                out += _candidates(cluster, profile, topology, alloc, nm, space, cache)
-                if bar is not None:
-                    bar.update(1)
-    if "horovod" in space.policies:
-        out.append(_horovod(cluster, profile, topology, space))
-    return out
+            for a in allocate(cluster, policy):
+                if a.groups not in seen and (tp == 1 or space.sync == "bsp" or len(a.groups) == 1):
+                    seen.add(a.groups)
+                    allocations.append(a)
+    return allocations
 
 
-def _candidates(cluster, profile, topology, alloc, nm, space, cache) -> list[Candidate]:
-    try:
-        parts = [_partition(cluster, profile, topology, group, nm, space.schedule, cache)
-                 for group in alloc.groups]
-    except PlanError as exc:
-        return [Candidate(policy=alloc.policy, nm=nm, staleness=0, reason=str(exc))]
-    single = len(parts) == 1
-    if single:
-        estimate = Estimate(minibatches_per_s=vw_rate(parts[0], nm), bottleneck=parts[0].bottleneck_gpu)
+def _candidates(memo: PartitionMemo, topology, routes, alloc, nm, space, bounds: dict) -> list[_Pending]:
+    types = lambda group: tuple(memo.slot(g).type.name for g in group)
+    bound = len(alloc.groups) * min(shape_bound(memo.profile, types(g), nm, bounds, memo.tp) for g in alloc.groups)
+    single = len(alloc.groups) == 1
+    # BSP and SDPipe average stage by stage: every VW needs the same layer ranges.
+    if not single and space.sync in ("bsp", "sdpipe"):
+        parts = lambda: memo.aligned(alloc.groups, nm, space.schedule)
     else:
-        estimate = wsp_estimate(parts, nm, topology)
-    out = []
-    for d in ((0,) if single else space.staleness_values):
-        sync = SyncSpec(mode="none") if single else SyncSpec(mode="wsp", staleness_bound=d)
-        out.append(_checked(cluster, profile, alloc.policy, parts, nm, d, sync, space.schedule, estimate))
-    return out
+        parts = lambda: [memo.partition(g, nm, space.schedule) for g in alloc.groups]
+    lazy = LazyEstimate(bound, parts, nm, topology, routes=routes, sync=space.sync)
+    # Only WSP has a staleness bound; sdpipe candidates rank by the WSP estimate until simulated.
+    return [_Pending(policy=alloc.policy, staleness=d, schedule=space.schedule, lazy=lazy,
+                     sync=SyncSpec(mode="none") if single else SyncSpec(mode=space.sync, staleness_bound=d))
+            for d in (space.staleness_values if not single and space.sync == "wsp" else (0,))]
 
 
-def _partition(cluster, profile, topology, group, nm, schedule, cache) -> VwPartition:
-    """Partition a VW once per multiset of (GPU type, node) and Nm; VWs alike reuse it."""
-    slots = [cluster.gpu(g) for g in group]
-    key = (tuple(sorted((s.type.name, s.node) for s in slots)), nm, schedule)
-    if key not in cache:
-        try:
-            cache[key] = partition_vw(profile, slots, topology, nm=nm, schedule=schedule,
-                                      cache=cache.setdefault("tables", {}))
-        except PlanError as exc:
-            cache[key] = exc
-    found = cache[key]
-    if isinstance(found, PlanError):
-        raise found
-    return _relabel(found, slots, cluster)
-
-
-def _relabel(part: VwPartition, slots: list[GpuSlot], cluster: Cluster) -> VwPartition:
-    """The same partition on another set of GPUs with the same types and nodes."""
-    free: dict[tuple, list[str]] = {}
-    for s in sorted(slots, key=lambda s: s.id):
-        free.setdefault((s.type.name, s.node), []).append(s.id)
-    original: dict[tuple, list[str]] = {}
-    for gid in sorted(part.gpus):
-        slot = cluster.gpu(gid)
-        original.setdefault((slot.type.name, slot.node), []).append(gid)
-    mapping = {gid: free[key][i] for key, ids in original.items() for i, gid in enumerate(ids)}
-    return replace(part, gpus=tuple(mapping[g] for g in part.gpus))
-
-
-def _checked(cluster, profile, policy, parts, nm, d, sync, schedule, estimate) -> Candidate:
-    plan = Plan(name=f"{policy.lower()}-nm{nm}-d{d}", model=profile.model, cluster=cluster.name,
-                minibatch_size=profile.batch_size, nm=nm, schedule=schedule, sync=sync,
-                notes=f"hetsim plan: policy {policy}",
+def _checked(cluster, profile, c: Candidate) -> Candidate:
+    """The candidate with its plan built and checked by `check_plan`, or with why it cannot run."""
+    plan = Plan(name=f"{c.policy.lower()}-nm{c.nm}-d{c.staleness}", model=profile.model, cluster=cluster.name,
+                minibatch_size=profile.batch_size, nm=c.nm, schedule=c.schedule, sync=c.sync,
+                notes=f"hetsim plan: policy {c.policy}",
                 virtual_workers=tuple(VirtualWorker(name=f"vw{i}", stages=tuple(
-                    StageSpec(gpu=g, layers=lh) for g, lh in zip(p.gpus, p.layers)))
-                    for i, p in enumerate(parts)))
-    base = Candidate(policy=policy, nm=nm, staleness=d, partitions=tuple(parts), estimate=estimate)
+                    StageSpec(gpu=g, tp_gpus=c.tp_groups.get(g, (g,))[1:], layers=lh)
+                    for g, lh in zip(p.gpus, p.layers)))
+                    for i, p in enumerate(c.partitions)))
     try:
         memory = check_plan(plan, cluster, profile)
     except HetsimError as exc:
-        return replace(base, reason=str(exc))
-    return replace(base, plan=plan, memory_bytes={g: m.total_bytes for g, m in memory.items()})
+        return replace(c, reason=str(exc))
+    return replace(c, plan=plan, memory_bytes={g: m.total_bytes for g, m in memory.items()},
+                   in_flight=max(m.in_flight for m in memory.values()))
 
 
-def _horovod(cluster, profile, topology, space) -> Candidate:
+def _horovod(memo: PartitionMemo, topology) -> list[_Pending]:
     """Data parallelism on every GPU that holds the whole model with one minibatch in flight."""
     parts, reasons = [], []
-    for slot in cluster.gpus:
+    for slot in memo.cluster.gpus:
         try:
-            parts.append(partition_vw(profile, [slot], topology, nm=1, schedule="1f1b-flush"))
+            parts.append(memo.partition((slot.id,), 1, "1f1b-flush"))
         except PlanError as exc:
             reasons.append(str(exc))
     if not parts:
-        return Candidate(policy="horovod", nm=1, staleness=0, reason=reasons[0])
+        lazy = LazyEstimate(0.0, lambda: _raise(PlanError(reasons[0])), 1, topology)
+        return [_Pending(policy="horovod", staleness=0, sync=SyncSpec(mode="none"), schedule="1f1b-flush",
+                         lazy=lazy)]
     ring = [p.gpus[0] for p in parts]
     # The ring's slowest hop (node interfaces, per-GPU rails and slower node-to-node paths included).
     ring_Bps = min((topology.bottleneck_Bps(a, b) for a, b in zip(ring, ring[1:] + ring[:1]) if a != b),
                    default=float("inf"))
-    estimate = bsp_estimate(parts, 1, profile.param_bytes, ring_Bps)
+    estimate = bsp_estimate(parts, 1, memo.profile.param_bytes, ring_Bps)
+    lazy = LazyEstimate(estimate.minibatches_per_s, lambda: parts, 1, topology, estimate)
     sync = SyncSpec(mode="bsp") if len(parts) > 1 else SyncSpec(mode="none")
-    return _checked(cluster, profile, "horovod", parts, 1, 0, sync, "1f1b-flush", estimate)
+    return [_Pending(policy="horovod", staleness=0, sync=sync, schedule="1f1b-flush", lazy=lazy)]
+
+
+def _raise(exc: Exception):
+    raise exc
 
 
 def _simulate_all(cluster, profile, chosen, space, progress) -> list[Candidate]:
+    from hetsim.fanout import fan_out
     jobs = [(cluster, profile, c.plan, space) for c in chosen]
-    workers = min(space.workers or os.cpu_count() or 1, len(jobs))
-    out = []
     with _bar(progress, "simulate", len(jobs)) as bar:
-        if workers <= 1:
-            results = map(_simulate, jobs)
-            pool = None
-        else:
-            pool = ProcessPoolExecutor(max_workers=workers)
-            results = pool.map(_simulate, jobs)
-        try:
-            for c, rate in zip(chosen, results):
-                out.append(replace(c, simulated_mb_s=rate))
-                if bar is not None:
-                    bar.update(1)
-        finally:
-            if pool is not None:
-                pool.shutdown()
-    return out
+        rates = fan_out(_simulate, jobs, workers=space.workers or None, scheduler=space.scheduler, bar=bar)
+    return [replace(c, simulated_mb_s=rate) for c, rate in zip(chosen, rates)]
 
 
 def _simulate(job) -> float:

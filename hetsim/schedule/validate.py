@@ -11,11 +11,14 @@ from collections import Counter
 
 from hetsim.errors import ScheduleError
 from hetsim.schedule.ir import Action, Schedule
+from hetsim.wsp_clock import WaveClocks
 
 __all__ = ["validate_schedule", "format_grid"]
 
-_SHOWN = ("F", "B", "STEP", "PUSH", "PULL", "ALLREDUCE", "GROUP_SYNC")
+_SHOWN = ("F", "B", "I", "W", "STEP", "PUSH", "PULL", "ALLREDUCE", "GROUP_SYNC")
 _PEER = {"RECV_F": ("SEND_F", -1), "RECV_B": ("SEND_B", +1)}
+# Compute kinds, each with the kind that must come first for the same minibatch.
+_BEFORE = {"F": None, "B": "F", "I": "F", "W": "I"}
 
 
 def format_grid(schedule: Schedule, marks: dict[int, int] | None = None, width: int = 14) -> str:
@@ -59,59 +62,67 @@ def validate_schedule(schedule: Schedule, *, pull_offset: int | None = None) -> 
 
 
 def _check_each_stage(schedule: Schedule) -> None:
-    k = schedule.n_stages
-    for s, actions in enumerate(schedule.stages):
-        done_f: set[int] = set()
-        done_b: set[int] = set()
-        for pos, (kind, i) in enumerate(actions):
+    """Per virtual stage (a device's chunk): every minibatch forwarded once, then backwarded once
+    (B, or I then W when the backward is split)."""
+    k = schedule.n_virtual
+    for d, actions in enumerate(schedule.stages):
+        done: dict[tuple[str, int], set[int]] = {}
+        for pos, (kind, i, chunk) in enumerate(actions):
+            s = schedule.virtual_stage(d, chunk)
             if kind in ("SEND_F", "RECV_B") and s == k - 1 or kind in ("RECV_F", "SEND_B") and s == 0:
-                raise _fail(schedule, f"stage {s} has no neighbour for {kind}{i}", {s: pos})
-            if kind == "F":
-                if i in done_f:
-                    raise _fail(schedule, f"stage {s} runs F{i} twice", {s: pos})
-                done_f.add(i)
-            elif kind == "B":
-                if i not in done_f:
-                    raise _fail(schedule, f"stage {s} runs B{i} before F{i}", {s: pos})
-                if i in done_b:
-                    raise _fail(schedule, f"stage {s} runs B{i} twice", {s: pos})
-                done_b.add(i)
-        missing = set(range(schedule.n_minibatches)) - done_b
-        if missing or done_f != done_b:
-            mb = min(missing | (done_f ^ done_b))
-            raise _fail(schedule, f"stage {s} never runs {'F' if mb not in done_f else 'B'}{mb}",
-                        {s: len(actions) - 1})
+                raise _fail(schedule, f"stage {s} has no neighbour for {kind}{i}", {d: pos})
+            if kind in _BEFORE:
+                seen = done.setdefault((kind, chunk), set())
+                if _BEFORE[kind] and i not in done.get((_BEFORE[kind], chunk), set()):
+                    raise _fail(schedule, f"stage {s} runs {kind}{i} before {_BEFORE[kind]}{i}", {d: pos})
+                if i in seen:
+                    raise _fail(schedule, f"stage {s} runs {kind}{i} twice", {d: pos})
+                seen.add(i)
+        kinds = ("F", "I", "W") if any(a.kind == "I" for a in actions) else ("F", "B")
+        for chunk in range(schedule.chunks):
+            for kind in kinds:
+                missing = set(range(schedule.n_minibatches)) - done.get((kind, chunk), set())
+                if missing:
+                    raise _fail(schedule, f"stage {schedule.virtual_stage(d, chunk)} never runs "
+                                f"{kind}{min(missing)}", {d: len(actions) - 1})
+
+
+def _peer(schedule: Schedule, d: int, action: Action) -> tuple[int, Action]:
+    """The virtual stage that must run the send matching a receive, and that send."""
+    send_kind, step = _PEER[action.kind]
+    return schedule.virtual_stage(d, action.chunk) + step, Action(send_kind, action.index)
 
 
 def _check_pairs(schedule: Schedule) -> None:
-    counts = [Counter(a for a in actions if a.kind.startswith(("SEND", "RECV")))
-              for actions in schedule.stages]
-    for s, actions in enumerate(schedule.stages):
+    counts = Counter((schedule.virtual_stage(d, a.chunk), Action(a.kind, a.index))
+                     for d, actions in enumerate(schedule.stages) for a in actions if a.kind.startswith("SEND"))
+    for d, actions in enumerate(schedule.stages):
         for pos, action in enumerate(actions):
             if action.kind in _PEER:
-                send_kind, step = _PEER[action.kind]
-                if counts[s + step][Action(send_kind, action.index)] != 1:
-                    raise _fail(schedule, f"stage {s} {action} has no matching {send_kind}{action.index} "
-                                f"on stage {s + step}", {s: pos})
+                peer, send = _peer(schedule, d, action)
+                if counts[(peer, send)] != 1:
+                    raise _fail(schedule, f"stage {schedule.virtual_stage(d, action.chunk)} {action} has no "
+                                f"matching {send} on stage {peer}", {d: pos})
 
 
 def _check_runs(schedule: Schedule, pull_offset: int | None) -> None:
     """Advance every stage as far as it can until all finish, or none can move (deadlock)."""
     pos = [0] * schedule.n_stages
     sent: set[tuple[int, Action]] = set()
-    pushes: Counter[int] = Counter()
+    # WSP's clock rule (hetsim.wsp_clock) for one virtual worker with staleness bound 0.
+    clocks = WaveClocks([schedule.n_stages], staleness_bound=0, pull_offset=pull_offset or 0)
     progress = True
     while progress:
         progress = False
         for s, actions in enumerate(schedule.stages):
             while pos[s] < len(actions):
                 action = actions[pos[s]]
-                if not _runnable(s, action, sent, pushes, schedule.n_stages, pull_offset):
+                if not _runnable(schedule, s, action, sent, clocks if pull_offset is not None else None):
                     break
                 if action.kind.startswith("SEND"):
-                    sent.add((s, action))
+                    sent.add((schedule.virtual_stage(s, action.chunk), Action(action.kind, action.index)))
                 elif action.kind == "PUSH":
-                    pushes[action.index] += 1
+                    clocks.landed(0, action.index)
                 pos[s] += 1
                 progress = True
     stuck = {s: p for s, p in enumerate(pos) if p < len(schedule.stages[s])}
@@ -120,11 +131,9 @@ def _check_runs(schedule: Schedule, pull_offset: int | None) -> None:
         raise _fail(schedule, f"deadlock: {waits} can never proceed", stuck)
 
 
-def _runnable(s: int, action: Action, sent: set, pushes: Counter, k: int, pull_offset: int | None) -> bool:
+def _runnable(schedule: Schedule, d: int, action: Action, sent: set, clocks: WaveClocks | None) -> bool:
     if action.kind in _PEER:
-        send_kind, step = _PEER[action.kind]
-        return (s + step, Action(send_kind, action.index)) in sent
-    if action.kind == "PULL" and pull_offset is not None:
-        needed = action.index - pull_offset - 1
-        return needed < 0 or pushes[needed] == k
+        return _peer(schedule, d, action) in sent
+    if action.kind == "PULL" and clocks is not None:
+        return clocks.may_pull(action.index)
     return True

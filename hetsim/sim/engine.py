@@ -8,14 +8,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hetsim.cluster import Cluster
-from hetsim.errors import HetsimError, PlanError, SimulationError
+from hetsim.errors import HetsimError, SimulationError
 from hetsim.feasibility import check_plan, vw_schedule
 from hetsim.parameter_servers import ps_shards
-from hetsim.plan import ASYNC_SCHEDULES, Plan
+from hetsim.plan import Plan
 from hetsim.profile import ModelProfile
-from hetsim.schedule import validate_schedule
+from hetsim.schedule import schedule_kind, validate_schedule
+from hetsim.schedule.registry import WEIGHT_GRAD_FRACTION
 from hetsim.sim.allreduce import BulkSync
-from hetsim.sim.pipeline import Stage, stage_process
+from hetsim.sim.pipeline import Stage, device_process
 from hetsim.sim.recorder import Recorder
 from hetsim.sim.sdpipe import SemiDecentralisedSync
 from hetsim.sim.summary import build_report
@@ -93,13 +94,15 @@ def run_simulation(cluster: Cluster, profile: ModelProfile, plan: Plan,
             if slot.id in rec.rows:
                 trace.row(*rec.rows[slot.id])
     validated: list = []
-    schedules = [vw_schedule(plan, vw, cluster, profile, options.waves) for vw in plan.virtual_workers]
+    schedules = [vw_schedule(plan, vw, cluster, profile, options.waves, world.topology)
+                 for vw in plan.virtual_workers]
     for vw_stages, schedule in zip(stages, schedules):
         if not any(schedule is v for v in validated):
             validate_schedule(schedule)
             validated.append(schedule)
-        for stage, actions in zip(vw_stages, schedule.stages):
-            world.env.process(stage_process(world, rec, sync, stage, actions))
+        for d, actions in enumerate(schedule.stages):
+            chunks = tuple(vw_stages[schedule.virtual_stage(d, c)] for c in range(schedule.chunks))
+            world.env.process(device_process(world, rec, sync, chunks, actions))
     world.env.run()
     _check_finished(stages, schedules, plan)
     report = build_report(world, rec, plan, cluster, profile, options, memory, stages, sync)
@@ -120,6 +123,8 @@ def _add_devices(world: World, cluster: Cluster, options: SimOptions) -> None:
 
 
 def _build_stages(world: World, plan: Plan, profile: ModelProfile, rec: Recorder) -> list[list[Stage]]:
+    """A Stage per plan stage (virtual stage, under interleaved schedules), in plan order."""
+    kind = schedule_kind(plan.schedule)
     out = []
     for v, vw in enumerate(plan.virtual_workers):
         gpus = [s.gpu for s in vw.stages]
@@ -134,16 +139,18 @@ def _build_stages(world: World, plan: Plan, profile: ModelProfile, rec: Recorder
                              param_bytes=profile.stage_param_bytes(lo, hi),
                              prev_gpu=gpus[s - 1] if s else None,
                              next_gpu=gpus[s + 1] if s + 1 < len(gpus) else None,
-                             nm=plan.nm, asynchronous=plan.schedule in ASYNC_SCHEDULES,
+                             nm=plan.nm, asynchronous=kind.asynchronous,
                              members=spec.members,
                              member_devices=tuple(world.devices[g] for g in spec.members) if spec.tp > 1 else (),
                              tp_allreduce_bytes=0 if times.measured_tp else profile.stage_tp_allreduce_bytes(lo, hi),
                              update_s=times.update_s,
-                             blocking_p2p=plan.blocking_p2p))
+                             bwd_weight_s=times.bwd_s * WEIGHT_GRAD_FRACTION if kind.split_backward else 0.0,
+                             blocking_p2p=plan.blocking_p2p, first_device=spec.gpu == gpus[0]))
             for k, member in enumerate(spec.members):
                 m = world.cluster.gpu(member)
                 tp = f" tp{k}/{spec.tp}" if spec.tp > 1 else ""
-                rec.rows[member] = (m.node, f"{m.id.split('/')[1]} {m.type.display_name} [{vw.name} s{s}{tp}]")
+                on_gpu = "+".join(f"s{j}" for j, other in enumerate(vw.stages) if other.gpu == spec.gpu)   # chunks
+                rec.rows[member] = (m.node, f"{m.id.split('/')[1]} {m.type.display_name} [{vw.name} {on_gpu}{tp}]")
         out.append(row)
     return out
 
@@ -151,10 +158,7 @@ def _build_stages(world: World, plan: Plan, profile: ModelProfile, rec: Recorder
 def _make_sync(world, rec, plan: Plan, cluster, profile, stages, waves: int):
     n_vw, mode = len(plan.virtual_workers), plan.sync.mode
     if mode == "wsp":
-        if plan.sync.ps_placement == "default" and not cluster.ps_nodes:
-            raise PlanError(f"plan: sync wsp places its parameter servers on the cluster's parameter_servers, "
-                            f"and cluster {cluster.name} lists none; name at least one node there")
-        return WaveSync(world, rec, profile, ps_shards(plan, cluster, profile), n_vw,
+        return WaveSync(world, rec, profile, ps_shards(plan, cluster, profile),
                         [len(s) for s in stages], plan.sync.staleness_bound,
                         plan.sync.offset_for(plan.schedule))
     if mode == "bsp":
@@ -166,7 +170,7 @@ def _make_sync(world, rec, plan: Plan, cluster, profile, stages, waves: int):
 
 def _check_finished(stages: list[list[Stage]], schedules, plan: Plan) -> None:
     stuck = [f"{plan.virtual_workers[st.vw].name} stage {st.index} at {schedule.stages[st.index][st.position]}"
-             for vw_stages, schedule in zip(stages, schedules) for st in vw_stages
+             for vw_stages, schedule in zip(stages, schedules) for st in vw_stages[:schedule.n_stages]
              if st.position < len(schedule.stages[st.index])]
     if stuck:
         raise SimulationError("simulation deadlocked: " + "; ".join(stuck))

@@ -6,6 +6,11 @@ alone. Rates are recomputed by progressive filling whenever a flow starts or end
 flows connected to it through shared capacities: max-min fairness decomposes over those components.
 The same model shares CPU cores among ranks (amount = core-seconds, each flow capped at one core).
 
+Speed: a solve depends only on the routes and caps of the flows it covers, and a running pipeline
+meets the same few sets of concurrent flows again and again, so solves are remembered, keyed by the
+flows' kinds (route and cap, numbered as first seen) in flow-id order. A remembered solve is the
+very list of floats the solver returned, so outputs are bit-identical to solving every time.
+
 Clock safety: a flow keeps the amount left as of its last rate change (`since`) and its finish is
 predicted once from there, `since + remaining / rate`; when that instant comes the flow is done, by
 definition, without subtracting huge absolute times to check. So a transfer takes amount / rate at
@@ -26,14 +31,70 @@ __all__ = ["FluidShare"]
 
 
 class _Flow:
-    __slots__ = ("id", "links", "columns", "remaining", "cap", "rate", "since", "done", "version")
+    __slots__ = ("id", "links", "columns", "remaining", "cap", "rate", "since", "done", "version", "kind")
 
     def __init__(self, flow_id: int, links: tuple[str, ...], amount: float, cap: float,
-                 now: float, done: simpy.Event, columns=None):
+                 now: float, done: simpy.Event, columns=None, kind: int = -1):
         self.id, self.links, self.cap, self.done = flow_id, links, cap, done
         self.columns = columns                  # link indices into FluidShare's capacity vector
+        self.kind = kind                        # (links, cap) as numbered by FluidShare: a memo key
         self.remaining = amount                 # as of `since`, the last rate change
         self.rate, self.since, self.version = 0.0, now, 0
+
+
+class _Solver:
+    """One max-min solver with a memo of its results, keyed by the kinds of the flows it solved."""
+
+    __slots__ = ("solve", "memo", "held", "budget")
+
+    def __init__(self, solve: Callable[[list[_Flow], tuple[int, ...]], list[float]], budget: int):
+        self.solve, self.memo = solve, {}
+        self.held, self.budget = 0, budget       # flows in remembered solves, and the most to hold
+
+    def rates(self, flows: list[_Flow]) -> list[float]:
+        key = tuple([f.kind for f in flows])
+        rates = self.memo.get(key)
+        if rates is None:
+            if self.held + len(key) > self.budget:
+                self.memo.clear()                # a bound on memory; results do not depend on it
+                self.held = 0
+            rates = self.memo[key] = self.solve(flows, key)
+            self.held += len(key)
+        return rates
+
+
+class _Kinds:
+    """The (route, cap) kinds of flows seen so far, numbered, with a padded kind x link table so
+    that a global solve builds its flow x link incidence list in a few array operations."""
+
+    def __init__(self, column: dict[str, int]):
+        self._column = column
+        self._number: dict[tuple[tuple[str, ...], float], int] = {}
+        self._columns: list[np.ndarray] = []
+        self._caps: list[float] = []
+        self._table = self._cap_table = None     # rebuilt when a new kind appears
+
+    def of(self, links: tuple[str, ...], cap: float) -> tuple[int, np.ndarray]:
+        kind = self._number.get((links, cap))
+        if kind is None:
+            kind = self._number[(links, cap)] = len(self._columns)
+            self._columns.append(np.array([self._column[name] for name in links]))
+            self._caps.append(cap)
+            self._table = None
+        return kind, self._columns[kind]
+
+    def incidence(self, kinds: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(columns, rows, caps) for flows of these kinds, as _max_min_rates_numpy builds them."""
+        if self._table is None:
+            width = max(len(c) for c in self._columns)
+            self._table = np.full((len(self._columns), width), -1, dtype=np.int64)
+            for k, c in enumerate(self._columns):
+                self._table[k, :len(c)] = c
+            self._cap_table = np.array(self._caps, dtype=float)
+        index = np.array(kinds, dtype=np.int64)
+        padded = self._table[index]
+        used = padded >= 0
+        return padded[used], np.nonzero(used)[0], self._cap_table[index]
 
 
 class FluidShare:
@@ -51,9 +112,11 @@ class FluidShare:
         self._next_id = 0
         self._timer_at = math.inf
         self._dirty: list[str] = []                  # links of flows started this instant
-        self._column = {name: i for i, name in enumerate(capacity)}
-        self._capacity_vector = np.array(list(capacity.values()), dtype=float)
-        self._columns: dict[tuple[str, ...], np.ndarray] = {}
+        self._kinds = _Kinds({name: i for i, name in enumerate(capacity)})
+        vector = np.array(list(capacity.values()), dtype=float)
+        self._component_solver = _Solver(lambda flows, _key: _max_min_rates(flows, capacity), _MEMO_FLOWS)
+        self._global_solver = _Solver(lambda _flows, key: _fill(*self._kinds.incidence(key), vector),
+                                      _MEMO_FLOWS)
 
     @property
     def active(self) -> int:
@@ -65,10 +128,8 @@ class FluidShare:
         if amount <= 0 or not links:
             done.succeed()
             return done
-        columns = self._columns.get(links)
-        if columns is None:
-            columns = self._columns[links] = np.array([self._column[name] for name in links])
-        flow = _Flow(self._next_id, links, float(amount), cap, self.env.now, done, columns)
+        kind, columns = self._kinds.of(links, cap)
+        flow = _Flow(self._next_id, links, float(amount), cap, self.env.now, done, columns, kind)
         self._next_id += 1
         self._flows[flow.id] = flow
         for name in links:
@@ -119,21 +180,32 @@ class FluidShare:
             # Many flows (e.g. every VW pushing to the same parameter servers) are nearly always one
             # component: solve all at once, vectorised, instead of searching for it first.
             flows = list(self._flows.values())
-            rates = _max_min_rates_numpy(flows, self._capacity_vector)
+            rates = self._global_solver.rates(flows)
         else:
             flows = self._component(links)
-            rates = _max_min_rates(flows, self.capacity)
-        now = self.env.now
-        # Only flows whose share changed need their progress settled and their finish re-predicted.
-        for flow, rate in zip(flows, rates):
-            if rate != flow.rate:
-                self._settle(flow)
-                flow.rate = rate
-                flow.version += 1
-                heapq.heappush(self._finish, (now + flow.remaining / rate, flow.id, flow.version, flow))
+            rates = self._component_solver.rates(flows)
+        self._apply(flows, rates)
         if self.on_rates is not None:
             self._report_rates(links, flows)
         self._arm_timer()
+
+    def _apply(self, flows: list[_Flow], rates: list[float]) -> None:
+        """Settle and re-predict the flows whose share changed (`_settle`, inlined: the hot loop)."""
+        now = self.env.now
+        carried, finish, push = self.carried, self._finish, heapq.heappush
+        for flow, rate in zip(flows, rates):
+            if rate != flow.rate:
+                moved, remaining = flow.rate * (now - flow.since), flow.remaining
+                if moved > remaining:            # min(), without the call
+                    moved = remaining
+                if moved > 0:
+                    remaining = flow.remaining = remaining - moved
+                    for name in flow.links:
+                        carried[name] += moved
+                flow.since = now
+                flow.rate = rate
+                version = flow.version = flow.version + 1
+                push(finish, (now + remaining / rate, flow.id, version, flow))
 
     def _report_rates(self, links, flows: list[_Flow]) -> None:
         use = {name: 0.0 for name in links}
@@ -143,11 +215,12 @@ class FluidShare:
         self.on_rates(self.env.now, use)
 
     def _arm_timer(self) -> None:
-        while self._finish and self._finish[0][2] != self._finish[0][3].version:
-            heapq.heappop(self._finish)              # an outdated prediction
-        if not self._finish or self._finish[0][0] >= self._timer_at:
+        finish = self._finish
+        while finish and finish[0][2] != finish[0][3].version:
+            heapq.heappop(finish)                    # an outdated prediction
+        if not finish or finish[0][0] >= self._timer_at:
             return
-        at = self._finish[0][0]
+        at = finish[0][0]
         self._timer_at = at
         self.env.timeout(max(at - self.env.now, 0.0)).callbacks.append(lambda _e: self._on_timer(at))
 
@@ -158,14 +231,15 @@ class FluidShare:
         # Every flow predicted to end by `at` is done (the clock may read `at` give or take a unit
         # in the last place: now + (at - now) need not round back to `at`).
         finished: list[_Flow] = []
-        while self._finish and self._finish[0][0] <= at:
-            _, _, version, flow = heapq.heappop(self._finish)
-            if version == flow.version and flow.id in self._flows:
+        finish, flows = self._finish, self._flows
+        while finish and finish[0][0] <= at:
+            _, fid, version, flow = heapq.heappop(finish)
+            if version == flow.version and fid in flows:
                 finished.append(flow)
         touched: list[str] = []
         for flow in finished:
             self._carry(flow, flow.remaining)        # exactly what was left at its last rate change
-            del self._flows[flow.id]
+            del flows[flow.id]
             for name in flow.links:
                 del self._on_link[name][flow.id]
             touched.extend(flow.links)
@@ -177,6 +251,7 @@ class FluidShare:
 
 
 _VECTOR_FROM = 128        # active flows from which one vectorised solve beats per-component ones
+_MEMO_FLOWS = 500_000     # flows held in one solver's remembered solves (about 40 MB)
 
 
 def _max_min_rates(flows: list[_Flow], capacity: dict[str, float]) -> list[float]:
@@ -217,17 +292,23 @@ def _max_min_rates_numpy(flows: list[_Flow], capacity: np.ndarray) -> list[float
     flows' `columns`."""
     cols = np.concatenate([f.columns for f in flows])
     rows = np.repeat(np.arange(len(flows)), [len(f.columns) for f in flows])
+    caps = np.fromiter((f.cap for f in flows), dtype=float, count=len(flows))
+    return _fill(cols, rows, caps, capacity)
+
+
+def _fill(cols: np.ndarray, rows: np.ndarray, caps: np.ndarray, capacity: np.ndarray) -> list[float]:
+    """Progressive filling of flows with these caps, flow `rows[i]` crossing link `cols[i]`."""
+    n = len(caps)
     left = capacity.copy()
     users = np.bincount(cols, minlength=len(capacity)).astype(float)
-    caps = np.fromiter((f.cap for f in flows), dtype=float, count=len(flows))
-    rates = np.zeros(len(flows))
-    active = np.ones(len(flows), dtype=bool)
+    rates = np.zeros(n)
+    active = np.ones(n, dtype=bool)
     while active.any():
         with np.errstate(divide="ignore", invalid="ignore"):
             share = np.where(users > 0, left / users, np.inf)
         level = min(share.min(), caps[active].min())
         limit = level * (1 + 1e-12)
-        hits = np.zeros(len(flows), dtype=bool)
+        hits = np.zeros(n, dtype=bool)
         hits[rows[share[cols] <= limit]] = True
         freeze = active & (hits | (caps <= limit))
         rates[freeze] = level

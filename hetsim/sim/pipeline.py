@@ -1,6 +1,8 @@
-"""A pipeline stage as a SimPy process that replays its list of schedule actions.
+"""A pipeline device as a SimPy process that replays its list of schedule actions.
 
-Each action kind has a small handler; handlers that may block are generators.
+A device runs one Stage, or several model chunks (virtual stages) under interleaved schedules; each
+action names the chunk it works on. Each action kind has a small handler; handlers that may block
+are generators.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from hetsim.sim.collectives import ring_allreduce
 from hetsim.sim.recorder import Recorder
 from hetsim.sim.world import Device, World
 
-__all__ = ["Stage", "stage_process"]
+__all__ = ["Stage", "device_process"]
 
 
 @dataclass(eq=False)
@@ -36,19 +38,26 @@ class Stage:
     member_devices: tuple[Device, ...] = ()
     tp_allreduce_bytes: int = 0        # per forward and per backward, when the times leave them out
     update_s: float = 0.0              # optimizer step of this stage's weights
+    bwd_weight_s: float = 0.0          # split backward (zero bubble): the W part of bwd_s; I runs the rest
     blocking_p2p: bool = False         # a send holds the stage until delivered (Plan.blocking_p2p)
+    # On the VW's first device (virtual stage 0's GPU): its sync waits are the VW's, every chunk's,
+    # as executor.measure counts the first rank's.
+    first_device: bool = False
     applied: int = 0                   # own minibatches whose updates are in the local weights
     version: int = 0                   # global clock of the weights last pulled (WSP)
     position: int = field(default=0)   # index of the action being run (for deadlock reports)
 
 
-def stage_process(world: World, rec: Recorder, sync, stage: Stage, actions: tuple[Action, ...]):
-    for position, (kind, index) in enumerate(actions):
-        stage.position = position
-        step = _HANDLERS[kind](world, rec, sync, stage, index)
+def device_process(world: World, rec: Recorder, sync, chunks: tuple[Stage, ...], actions: tuple[Action, ...]):
+    """Replay a device's actions in order, each on the Stage of the chunk it names."""
+    for position, (kind, index, chunk) in enumerate(actions):
+        for stage in chunks:
+            stage.position = position
+        step = _HANDLERS[kind](world, rec, sync, chunks[chunk], index)
         if step is not None:
             yield from step
-    stage.position = len(actions)
+    for stage in chunks:
+        stage.position = len(actions)
 
 
 def _compute(world: World, rec: Recorder, stage: Stage, seconds: float, name: str):
@@ -88,6 +97,19 @@ def _forward(world, rec, sync, stage: Stage, mb: int):
 def _backward(world, rec, sync, stage: Stage, mb: int):
     yield from _compute(world, rec, stage, stage.bwd_s, f"B{mb}")
     yield from _tp_allreduce(world, rec, stage, f"tp B{mb}")
+    if stage.index == 0:
+        rec.minibatch_done(stage.vw)
+
+
+def _backward_input(world, rec, sync, stage: Stage, mb: int):
+    """Zero bubble's I: the input gradient, what the previous stage waits for."""
+    yield from _compute(world, rec, stage, stage.bwd_s - stage.bwd_weight_s, f"I{mb}")
+    yield from _tp_allreduce(world, rec, stage, f"tp I{mb}")
+
+
+def _backward_weight(world, rec, sync, stage: Stage, mb: int):
+    """Zero bubble's W: the weight gradient, deferred to fill what would be bubble."""
+    yield from _compute(world, rec, stage, stage.bwd_weight_s, f"W{mb}")
     if stage.index == 0:
         rec.minibatch_done(stage.vw)
 
@@ -162,7 +184,7 @@ def _timed_sync(world: World, rec: Recorder, stage: Stage, step, name: str):
     meter.start(start)
     yield from step
     meter.stop(world.env.now)
-    if stage.index == 0:
+    if stage.first_device:
         rec.vw_sync_wait[stage.vw] += world.env.now - start
     rec.span(stage.gpu, name, start, "sync")
 
@@ -172,7 +194,8 @@ def _push(world, rec, sync, stage: Stage, wave: int):
 
 
 _HANDLERS = {
-    "F": _forward, "B": _backward, "SEND_F": _send_f, "SEND_B": _send_b, "RECV_F": _recv_f,
+    "F": _forward, "B": _backward, "I": _backward_input, "W": _backward_weight,
+    "SEND_F": _send_f, "SEND_B": _send_b, "RECV_F": _recv_f,
     "RECV_B": _recv_b, "UPDATE": _update, "STEP": _step, "PUSH": _push,
     "PULL": _blocking_sync("pull"), "ALLREDUCE": _blocking_sync("allreduce"),
     "GROUP_SYNC": _blocking_sync("group_sync"),

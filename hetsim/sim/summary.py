@@ -1,4 +1,5 @@
-"""Turn a finished run's recordings into a Report (prediction)."""
+"""Turn a finished run's recordings into a Report (prediction); the sections a measurement shares
+(window, throughput, staleness, sync) are built by hetsim.report_sections, as executor.measure's are."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ from dataclasses import asdict
 from hetsim.cluster import Cluster
 from hetsim.errors import SimulationError
 from hetsim.memory import StageMemory
-from hetsim.plan import ASYNC_SCHEDULES, Plan
+from hetsim.plan import Plan
 from hetsim.profile import ModelProfile
-from hetsim.report import GpuStats, LinkStats, Report, VwStats, distribution
+from hetsim.report import GpuStats, LinkStats, Report
+from hetsim.report_sections import RunRecords, run_sections
 from hetsim.sim.pipeline import Stage
 from hetsim.sim.recorder import Recorder
 from hetsim.sim.world import World
@@ -21,31 +23,24 @@ __all__ = ["build_report"]
 def build_report(world: World, rec: Recorder, plan: Plan, cluster: Cluster, profile: ModelProfile,
                  options, memory: dict[str, StageMemory], stages: list[list[Stage]], sync) -> Report:
     start, end = rec.start, rec.end
-    window = steady_window(rec.completion_times, rec.warmup, period=plan.nm)
+    window = steady_window(rec.completion_times, rec.warmup, period=plan.nm, locked=plan.sync.mode == "wsp")
     if start is None or end is None or end.t <= start.t or window is None:
         raise SimulationError(f"no steady-state window: no simulated time passed between the last virtual worker "
                               f"finishing its {options.warmup_waves} warm-up waves and the first finishing all "
                               f"{options.waves}; simulate more waves")
     span = end.t - start.t
-    vws = [VwStats(name=vw.name, minibatches=window.minibatches(i), minibatches_per_s=window.rate(i),
-                   samples_per_s=window.rate(i) * plan.minibatch_size,
-                   sync_wait_s=end.vw_sync_wait[i] - start.vw_sync_wait[i])
-           for i, vw in enumerate(plan.virtual_workers)]
-    rate = sum(v.minibatches_per_s for v in vws)
-    throughput = {"minibatches_per_s": rate, "samples_per_s": rate * plan.minibatch_size,
-                  # a wave of Nm minibatches per virtual worker: one optimizer step under flush schedules
-                  "iteration_s": plan.nm * len(vws) / rate}
-    if profile.tokens_per_sample:
-        throughput["tokens_per_s"] = rate * plan.minibatch_size * profile.tokens_per_sample
+    run = RunRecords(window=window, start_s=start.t, end_s=end.t,
+                     vw_sync_wait_s=[end.vw_sync_wait[i] - start.vw_sync_wait[i]
+                                     for i in range(len(plan.virtual_workers))],
+                     staleness_local=rec.staleness_local, staleness_global=rec.staleness_global, gates=rec.gates,
+                     in_flight=max(m.in_flight for m in memory.values()),
+                     tokens_per_sample=profile.tokens_per_sample, **_sync_state(plan, sync))
     return Report(
         kind="prediction", plan=plan.to_dict(), cluster=cluster.name, model=profile.model,
         profile_source=profile.source, settings=_settings(options, world),
-        window={"start_s": start.t, "end_s": end.t, "duration_s": span},
-        throughput=throughput,
-        virtual_workers=vws, gpus=_gpus(world, plan, memory, stages, start, end, span),
-        links=_links(world, start, end, span), staleness=_staleness(rec, plan, memory),
-        sync=_sync(rec, plan, sync, start, end), notes=_notes(profile, options, cluster),
-        staleness_local=rec.staleness_local, staleness_global=rec.staleness_global)
+        gpus=_gpus(world, plan, memory, stages, start, end, span), links=_links(world, start, end, span),
+        notes=_notes(profile, options, cluster) + _wsp_notes(rec, plan, window, options),
+        **run_sections(plan, run))
 
 
 def _settings(options, world: World) -> dict:
@@ -60,6 +55,8 @@ def _gpus(world, plan, memory, stages, start, end, span) -> list[GpuStats]:
     for vw_stages in stages:
         for st in vw_stages:
             for g in st.members or (st.gpu,):
+                if any(o.id == g for o in out):
+                    continue        # a later model chunk of a GPU already listed (interleaved schedules)
                 mem = memory[g]
                 compute = end.compute[g] - start.compute[g]
                 out.append(GpuStats(
@@ -80,36 +77,38 @@ def _links(world: World, start, end, span) -> list[LinkStats]:
             for l in sorted(caps)]
 
 
-def _staleness(rec: Recorder, plan: Plan, memory: dict[str, StageMemory]) -> dict:
-    """Distributions over every minibatch (local) and every pushed update (global), with bounds:
-    local <= in-flight - 1 under weight stashing; global <= D + pull_offset clocks under WSP."""
-    asynchronous = plan.schedule in ASYNC_SCHEDULES
-    out = {"local": distribution(r[3] for r in rec.staleness_local),
-           "local_bound": max(m.in_flight for m in memory.values()) - 1 if asynchronous else 0}
+def _sync_state(plan: Plan, sync) -> dict:
+    """The simulated sync's own state for the report: WSP's shards and final clocks, SDPipe's groups."""
     if plan.sync.mode == "wsp":
-        out["global"] = distribution(r[4] for r in rec.staleness_global)
-        out["global_bound"] = plan.sync.staleness_bound + plan.sync.offset_for(plan.schedule)
-    return out
+        return {"wsp_state": {"shards": [{"node": s.node, "layers": list(s.layers), "fraction": s.fraction}
+                                         for s in sync.shards],
+                              "final_clocks": list(sync.c_local)}}
+    if plan.sync.mode == "sdpipe":
+        return {"sdpipe_group_sizes": [len(g) for groups in sync.groups for g in groups],
+                "sdpipe_connections": sync.connections}
+    return {}
 
 
-def _sync(rec: Recorder, plan: Plan, sync, start, end) -> dict:
-    spec = plan.sync
-    out: dict = {"mode": spec.mode}
-    if spec.mode == "wsp":
-        offset = spec.offset_for(plan.schedule)
-        out.update(staleness_bound=spec.staleness_bound, pull_offset=offset,
-                   ps_placement=spec.ps_placement,
-                   shards=[{"node": s.node, "layers": list(s.layers), "fraction": s.fraction}
-                           for s in sync.shards],
-                   max_clock_gap=max(((w - offset) - c for _, _, w, _, c in rec.gates), default=0),
-                   bound_wait_s={vw.name: sum(g[3] for g in rec.gates if g[0] == i and g[1] == 0)
-                                 for i, vw in enumerate(plan.virtual_workers)},
-                   final_clocks=list(sync.c_local))
-    elif spec.mode == "sdpipe":
-        sizes = [len(g) for groups in sync.groups for g in groups]
-        out.update(period=spec.sdpipe_period, groups=len(sizes), group_size=distribution(sizes),
-                   connections=sync.connections)
-    return out
+def _wsp_notes(rec: Recorder, plan: Plan, window, options) -> list[str]:
+    """Say when WSP's steady rate differs from what the finite window measured, and whether the run
+    was long enough for the staleness bound to bind."""
+    if not window.locked or len(window.spans) < 2:
+        return []
+    free = [window.free_rate(v) for v in range(len(window.spans))]
+    slowest = min(range(len(free)), key=free.__getitem__)
+    lead = max(free) / free[slowest] - 1
+    if lead < 0.005:
+        return []
+    names = [vw.name for vw in plan.virtual_workers]
+    bound = plan.sync.staleness_bound
+    text = (f"WSP steady rate: inside the window the other VWs ran up to {lead:.1%} faster than "
+            f"{names[slowest]}; the bound D = {bound} holds every VW to the slowest one's pace in the long "
+            f"run, so each is counted at {names[slowest]}'s rate "
+            f"(the window's own total: {sum(free) * plan.minibatch_size:.1f} samples/s)")
+    if not any(wait > 0 for _, _, _, wait, _ in rec.gates):
+        text += (f"; the bound never bound in {options.waves} waves: the run is too short to reach WSP's "
+                 f"steady state")
+    return [text]
 
 
 def _notes(profile: ModelProfile, options, cluster: Cluster) -> list[str]:

@@ -1,9 +1,9 @@
 """Wave Synchronous Parallel through parameter servers (HetPipe, ATC'20 §5).
 
-A virtual worker's clock c_local counts its waves whose aggregated updates have reached every
-parameter-server shard; the global clock c_global is the minimum over virtual workers. Before wave w
-a stage pulls global weights, and the pull waits until c_global >= w - pull_offset - D: no virtual
-worker runs more than D clocks ahead of the slowest.
+Each stage pushes its wave's aggregated update to every parameter-server shard without waiting; the
+push counts towards its virtual worker's clock once it has landed on every shard. Before wave w a
+stage pulls global weights, and the pull waits as hetsim.wsp_clock's rule says: until the global
+clock is >= w - pull_offset - D, so no virtual worker runs more than D clocks ahead of the slowest.
 """
 
 from __future__ import annotations
@@ -15,20 +15,22 @@ from hetsim.profile import ModelProfile
 from hetsim.sim.pipeline import Stage
 from hetsim.sim.recorder import Recorder
 from hetsim.sim.world import World
+from hetsim.wsp_clock import WaveClocks
 
 __all__ = ["WaveSync"]
 
 
 class WaveSync:
+    """Pushes and pulls as transfers between stages and the shards' hosts; clocks by hetsim.wsp_clock."""
+
     def __init__(self, world: World, rec: Recorder, profile: ModelProfile, shards: list[Shard],
-                 n_vw: int, n_stages: list[int], staleness_bound: int, pull_offset: int):
+                 n_stages: list[int], staleness_bound: int, pull_offset: int):
         self.world, self.rec, self.profile, self.shards = world, rec, profile, shards
-        self.D, self.offset = staleness_bound, pull_offset
-        self.c_local = [0] * n_vw
-        self.c_global = 0
-        self._n_stages = n_stages
-        self._arrived: dict[tuple[int, int], int] = {}       # (vw, wave) -> stages whose push landed
-        self._waiting: list[tuple[int, simpy.Event]] = []    # (clock needed, event)
+        self.clocks = WaveClocks(n_stages, staleness_bound, pull_offset)
+
+    @property
+    def c_local(self) -> list[int]:
+        return self.clocks.c_local
 
     def _transfers(self, stage: Stage, to_ps: bool) -> list[simpy.Event]:
         events = []
@@ -50,26 +52,18 @@ class WaveSync:
         landed.callbacks.append(lambda _event: self._landed(stage.vw, wave))
 
     def _landed(self, vw: int, wave: int) -> None:
-        key = (vw, wave)
-        self._arrived[key] = self._arrived.get(key, 0) + 1
-        # Clocks advance in wave order even if a later wave's pushes land first.
-        while self._arrived.get((vw, self.c_local[vw]), 0) == self._n_stages[vw]:
-            del self._arrived[(vw, self.c_local[vw])]
-            self.c_local[vw] += 1
-        self.c_global = min(self.c_local)
-        ready = [e for need, e in self._waiting if need <= self.c_global]
-        self._waiting = [(need, e) for need, e in self._waiting if need > self.c_global]
-        for event in ready:
+        self.clocks.landed(vw, wave)
+        for event in self.clocks.released():
             event.succeed()
 
     def pull(self, stage: Stage, wave: int):
-        env = self.world.env
-        need, start = wave - self.offset - self.D, env.now
-        if self.c_global < need:
+        env, clocks = self.world.env, self.clocks
+        start = env.now
+        if not clocks.may_pull(wave):
             released = env.event()
-            self._waiting.append((need, released))
+            clocks.wait(wave, released)
             yield released
-        self.rec.gates.append((stage.vw, stage.index, wave, env.now - start, self.c_global))
-        version = self.c_global
+        self.rec.gates.append((stage.vw, stage.index, wave, env.now - start, clocks.c_global))
+        version = clocks.c_global
         yield env.all_of(self._transfers(stage, to_ps=False))
         stage.version = version

@@ -104,7 +104,7 @@ def test_a_gpt_pipeline_trains_on_next_tokens_and_its_loss_falls():
 
 
 def test_validate_predicts_and_measures_a_gpt_plan():
-    from hetsim.cli.validate import validate_plan
+    from executor.validate import validate_plan
     plan = gpt_plan([0, 3, 5], nm=2, schedule="1f1b-flush")
     prediction, measurement = validate_plan(plan, model_kwargs=TINY_GPT, waves=4, warmup_waves=1, cores=2,
                                             link_Bps=2e9, latency_s=5e-5, colocated_work=1.0, profile_repeats=2)

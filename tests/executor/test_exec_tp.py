@@ -204,7 +204,7 @@ def test_bsp_replicas_of_different_tp_degrees_are_refused():
 # hetsim validate ------------------------------------------------------------------------------------
 
 def test_onto_host_keeps_each_tensor_parallel_group():
-    from hetsim.cli.validate import onto_host
+    from executor.validate import onto_host
     plan = Plan(name="p", model="gpt2-small", minibatch_size=4, nm=1, schedule="gpipe", sync=SyncSpec(),
                 virtual_workers=(VirtualWorker(name="vw0", stages=(
                     StageSpec(gpu="n0/gpu0", layers=(0, 2)),
@@ -214,7 +214,7 @@ def test_onto_host_keeps_each_tensor_parallel_group():
 
 
 def test_a_measured_profile_gets_megatrons_allreduce_bytes_per_layer():
-    from hetsim.cli.validate import with_tp_allreduce_bytes
+    from executor.validate import with_tp_allreduce_bytes
     from modelzoo.profiler import measure_profile
     profile = with_tp_allreduce_bytes(measure_profile("gpt2-small", 2, repeats=1, warmup=0, **TINY_GPT),
                                       "gpt2-small", TINY_GPT)
@@ -223,7 +223,7 @@ def test_a_measured_profile_gets_megatrons_allreduce_bytes_per_layer():
 
 
 def test_validate_compares_a_tp_plan_member_by_member():
-    from hetsim.cli.validate import validate_plan, work_rows
+    from executor.validate import validate_plan, work_rows
     from hetsim.compare import compare_reports
     plan = tp_gpt_plan([[[0], [1, 2]]], [0, 2, 5], nm=2)
     prediction, measurement = validate_plan(plan, model_kwargs=TINY_GPT, waves=4, warmup_waves=1, cores=2,

@@ -9,7 +9,7 @@ import executor
 import modelzoo
 from executor.data import SyntheticData
 from modelzoo.tasks import task_of
-from hetsim.plan import SyncSpec
+from hetsim.plan import Plan, StageSpec, SyncSpec, VirtualWorker
 from exec_helpers import host, mlp_plan
 
 LR, MOMENTUM, SEED, BATCH = 0.05, 0.9, 3, 16
@@ -68,3 +68,52 @@ def test_weight_stashing_backward_uses_the_forward_version():
     assert any(current > at_forward for _, at_forward, _, current in first)
     assert report.staleness["local"]["max"] == report.staleness["local_bound"] == 2
     assert report.gpus[0].memory_breakdown["stashed_weights_bytes"] > 0
+
+
+def reference_wave_losses(waves: int, nm: int, n_vw: int = 1) -> list[float]:
+    """Plain flush training: every minibatch of a wave (of every VW, as BSP averages them) on the same
+    weights, then one SGD step with the mean gradient (GPipe / PipeDream-Flush semantics). Losses in
+    (vw, minibatch) order."""
+    torch.manual_seed(SEED)
+    model, example = modelzoo.build("mlp", batch=1)
+    data = SyntheticData(task=task_of(model, example), mode="teacher", seed=SEED, batch=BATCH)
+    opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
+    losses = {}
+    for w in range(waves):
+        opt.zero_grad()
+        wave = {(v, mb): torch.nn.functional.cross_entropy(model(data.inputs(v, mb)), data.labels(v, mb))
+                for v in range(n_vw) for mb in range(w * nm, (w + 1) * nm)}
+        losses.update({key: float(l.detach()) for key, l in wave.items()})
+        (sum(wave.values()) / (nm * n_vw)).backward()
+        opt.step()
+    return [losses[key] for key in sorted(losses)]
+
+
+@pytest.mark.parametrize("n_vw,sync", [(1, SyncSpec()), (2, SyncSpec(mode="bsp"))], ids=["none", "bsp"])
+def test_zb_h1_split_backward_trains_like_one_process(n_vw, sync):
+    """I (input gradients) then, deferred, W (weight gradients): the same gradients as one backward."""
+    plan = mlp_plan([[0, 4, 9]] * n_vw, nm=4, schedule="zb-h1", sync=sync, batch=BATCH)
+    report = measured(plan, waves=3)
+    got = [loss for _, _, loss in sorted(report.training["losses"])]
+    want = reference_wave_losses(3, 4, n_vw)
+    assert got == pytest.approx(want, abs=1e-5)
+    assert want[-1] < want[0]
+
+
+def interleaved_plan(n_vw: int, sync: SyncSpec) -> Plan:
+    """Per VW two ranks, four virtual stages: the first rank runs layers [0, 2) and [4, 6), the second
+    [2, 4) and [6, 9)."""
+    cuts = [0, 2, 4, 6, 9]
+    vws = tuple(VirtualWorker(name=f"vw{v}", stages=tuple(
+        StageSpec(gpu=f"host/gpu{2 * v + i % 2}", layers=(cuts[i], cuts[i + 1])) for i in range(4)))
+        for v in range(n_vw))
+    return Plan(name="interleaved", model="mlp", minibatch_size=BATCH, nm=2, schedule="1f1b-interleaved",
+                sync=sync, virtual_workers=vws)
+
+
+@pytest.mark.parametrize("n_vw,sync", [(1, SyncSpec()), (2, SyncSpec(mode="bsp"))], ids=["none", "bsp"])
+def test_interleaved_1f1b_two_chunks_per_rank_trains_like_one_process(n_vw, sync):
+    report = measured(interleaved_plan(n_vw, sync), waves=3)
+    got = [loss for _, _, loss in sorted(report.training["losses"])]
+    assert got == pytest.approx(reference_wave_losses(3, 2, n_vw), abs=1e-5)
+    assert len(report.gpus) == 2 * n_vw

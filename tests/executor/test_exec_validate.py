@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from exec_helpers import mlp_plan
-from hetsim.cli.validate import host_cluster, onto_host, with_optimizer_costs
+from executor.validate import host_cluster, onto_host, with_optimizer_costs
 from hetsim.compare import compare_reports, format_comparison, percent_error
 from hetsim.plan import Plan, StageSpec, SyncSpec, VirtualWorker
 from hetsim.profile import LayerProfile, ModelProfile
@@ -79,7 +79,7 @@ def test_optimizer_costs_are_added_to_each_layers_backward():
 def test_a_change_of_host_load_during_a_run_is_flagged():
     from types import SimpleNamespace
 
-    from hetsim.cli.validate import load_changed
+    from executor.validate import load_changed
     steady = SimpleNamespace(training={"cores_available": {"before": 1.99, "after": 1.95}})
     loaded = SimpleNamespace(training={"cores_available": {"before": 1.99, "after": 1.2}})
     assert load_changed(steady) is None
@@ -89,7 +89,7 @@ def test_a_change_of_host_load_during_a_run_is_flagged():
 def test_a_rank_whose_cpu_work_drifts_from_the_profile_beyond_the_max_error_target_is_flagged():
     from types import SimpleNamespace
 
-    from hetsim.cli.validate import WORK_DRIFT_PCT, work_drift
+    from executor.validate import WORK_DRIFT_PCT, work_drift
     gpus = [SimpleNamespace(id=f"host/gpu{i}", vw="vw0", stage=i, tp=1) for i in range(2)]
     report = lambda measured: SimpleNamespace(gpus=gpus, training={
         "predicted_work_s_per_minibatch": {"host/gpu0": 0.100, "host/gpu1": 0.050},
@@ -101,7 +101,7 @@ def test_a_rank_whose_cpu_work_drifts_from_the_profile_beyond_the_max_error_targ
 
 
 def test_default_warmup_leaves_a_window_for_short_runs():
-    from hetsim.cli.validate import WARMUP_WAVES, default_warmup
+    from executor.validate import WARMUP_WAVES, default_warmup
     assert default_warmup(30) == WARMUP_WAVES == 12
     assert default_warmup(10) == 4            # `hetsim validate --waves 10` alone still measures 6 waves
     assert all(0 <= default_warmup(w) < w for w in range(1, 60))
@@ -120,7 +120,7 @@ def _two_stage_plan(schedule: str) -> Plan:
 
 
 def test_the_prediction_uses_the_mean_of_the_profiles_around_the_run():
-    from hetsim.cli.validate import bracketed
+    from executor.validate import bracketed
     before, after = _two_layers([1.0, 2.0], [2.0, 4.0]), _two_layers([1.2, 2.2], [2.4, 4.0])
     mean = bracketed(before, after, _two_stage_plan("1f1b"), host_cluster(2, 2, 1e9, 0.0), waves=4)
     assert [l.fwd_s["cpu"] for l in mean.layers] == pytest.approx([1.1, 2.1])
@@ -130,7 +130,7 @@ def test_the_prediction_uses_the_mean_of_the_profiles_around_the_run():
 def test_a_mean_profile_that_would_reorder_a_hetpipe_schedule_is_not_used():
     # The executor replayed the hetpipe order `before` gives; a mean whose order differs would make
     # the prediction replay another schedule, so it keeps `before`. A uniform drift keeps the order.
-    from hetsim.cli.validate import bracketed
+    from executor.validate import bracketed
     from hetsim.feasibility import vw_schedule
     plan, cluster = _two_stage_plan("hetpipe"), host_cluster(2, 2, 1e9, 0.0)
     order = lambda p: vw_schedule(plan, plan.virtual_workers[0], cluster, p, 4).stages
@@ -143,15 +143,24 @@ def test_a_mean_profile_that_would_reorder_a_hetpipe_schedule_is_not_used():
 
 
 def test_validate_plan_predicts_from_profiles_on_both_sides_of_the_run():
-    from hetsim.cli.validate import validate_plan
-    plan = mlp_plan([[0, 4, 9]], nm=2, schedule="1f1b")
+    from executor.validate import validate_plan
+    plan = mlp_plan([[0, 9]], nm=2, schedule="1f1b")
     prediction, measurement = validate_plan(plan, waves=6, warmup_waves=2, cores=2, link_Bps=2e9,
                                             latency_s=5e-5, colocated_work=1.0, profile_repeats=2)
     assert prediction.kind == "prediction" and measurement.kind == "measurement"
     assert prediction.profile_source.endswith("mean of profiles before and after the run")
-    assert sorted(measurement.training["predicted_work_s_per_minibatch"]) == ["host/gpu0", "host/gpu1"]
+    work = measurement.training["predicted_work_s_per_minibatch"]
+    assert sorted(work) == ["host/gpu0"]
     assert measurement.training["cpu_work_drift"]["tolerance_pct"] == 8.0
-    assert prediction.throughput["samples_per_s"] > 0 and measurement.throughput["samples_per_s"] > 0
+    # One stage with a core to itself: the prediction is one minibatch per profiled work (forward,
+    # backward and optimiser step of the profile the prediction used), exactly.
+    assert prediction.throughput["minibatches_per_s"] == pytest.approx(1 / work["host/gpu0"], rel=1e-9)
+    # A single-threaded rank cannot finish minibatches faster than its thread does their CPU work.
+    cpu = measurement.training["compute_work_s_per_minibatch"]["host/gpu0"]
+    assert 0 < measurement.throughput["minibatches_per_s"] * cpu <= 1
+    # Both reports' shared sections come from one builder (hetsim.report_sections): same fields.
+    for section in ("throughput", "window", "staleness", "sync"):
+        assert getattr(prediction, section).keys() == getattr(measurement, section).keys(), section
 
 
 def test_the_validation_suite_has_24_plans_or_more_over_every_zoo_family_each_cut_within_its_model():

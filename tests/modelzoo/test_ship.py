@@ -2,9 +2,9 @@
 
 import pytest
 
-from conftest import PIPEDREAM_PROFILES, needs_pipedream_profiles
+from conftest import PIPEDREAM_PROFILES
 from hetsim.pipedream_graph import read_graph
-from hetsim.profile import load_profile
+from hetsim.profile_files import load_profile
 from modelzoo.ship import SHIPPED, ship
 
 
@@ -21,7 +21,6 @@ def test_shipped_profiles_cover_the_hetpipe_gpus_and_state_their_flop_convention
     assert "multiply-add as 2" in p.flop_convention and "ESTIMATES" in p.source
 
 
-@needs_pipedream_profiles()
 @pytest.mark.parametrize("model", ["alexnet", "vgg16", "resnet18", "resnet50", "resnet101", "resnext50",
                                    "densenet121", "squeezenet1_0"])
 def test_parameter_bytes_equal_pipedreams_published_profiles(model):
@@ -30,7 +29,6 @@ def test_parameter_bytes_equal_pipedreams_published_profiles(model):
     assert load_profile(f"{model}_b32").param_bytes == theirs.param_bytes
 
 
-@needs_pipedream_profiles()
 def test_pipedream_batch_is_read_from_the_input_node_and_efficiencies_are_anchored_at_conv_forward():
     from hetsim.derive import load_efficiencies
     from hetsim.gpu import load_gpu_types

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import example, given, settings, strategies as st
 
-from conftest import PIPEDREAM_PROFILES, needs_pipedream_profiles
+from conftest import PIPEDREAM_PROFILES
 from hetsim.planner.antichain import (antichain_costs, antichain_partition, antichain_states,
                                       layer_order, stage_layers)
 from hetsim.planner.chain import stage_time
@@ -135,7 +135,6 @@ def test_reduced_families_keep_one_partial_branch_or_whole_branches():
     assert len(antichain_states(p, family="whole-branches").masks) == 1 + 4 + 1
 
 
-@needs_pipedream_profiles()
 @pytest.mark.parametrize("model", ["inception_v3", "densenet121", "resnet50"])
 def test_branchy_pipedream_profiles_partition_within_the_state_budget(model):
     from hetsim.pipedream_graph import read_graph
@@ -145,7 +144,6 @@ def test_branchy_pipedream_profiles_partition_within_the_state_budget(model):
     assert sorted(v for layers in stage_layers(part, states) for v in layers) == list(range(p.n_layers))
 
 
-@needs_pipedream_profiles()
 def test_float32_tables_for_large_state_sets_find_the_float64_optimum(monkeypatch):
     from hetsim.pipedream_graph import read_graph
     from hetsim.planner import chain
@@ -157,7 +155,6 @@ def test_float32_tables_for_large_state_sets_find_the_float64_optimum(monkeypatc
     assert fast.bottleneck_s == pytest.approx(exact.bottleneck_s, rel=1e-6)
 
 
-@needs_pipedream_profiles()
 @pytest.mark.parametrize("n_gpus, split", [(8, "7-1"), (16, "15-1")])
 def test_vgg16_at_10_gbit_gets_pipedreams_published_split(n_gpus, split):
     # PipeDream's repository chose 7-1 (8 GPUs) and 15-1 (16) for VGG-16 (../shared/reference/pipedream.md).
@@ -167,7 +164,6 @@ def test_vgg16_at_10_gbit_gets_pipedreams_published_split(n_gpus, split):
     assert "-".join(str(s.replicas) for s in part.stages) == split
 
 
-@needs_pipedream_profiles()
 def test_alexnet_at_10_gbit_does_not_get_pipedreams_15_1():
     # PipeDream's repository chose 15-1 for AlexNet on 16 GPUs; its profile's Input node carries
     # 0.64 s of data loading, which replication divides, so we get pure data parallelism, and 6-1

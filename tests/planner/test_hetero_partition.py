@@ -9,6 +9,7 @@ from hypothesis import given, settings, strategies as st
 from conftest import cluster, gpu_type
 from hetsim.errors import PlanError
 from hetsim.memory import stage_memory
+from hetsim.plan import ASYNC_SCHEDULES
 from hetsim.planner.hetero import gpu_orders, in_flight, partition_ordered, partition_vw
 from hetsim.profile import LayerProfile, ModelProfile
 from hetsim.topology import Topology
@@ -34,7 +35,7 @@ def brute_force_ordered(p, gpus, topology, nm, schedule):
         times = []
         for s, g in enumerate(gpus):
             mem = stage_memory(p, b[s], b[s + 1], in_flight=in_flight(schedule, k, s, nm),
-                               asynchronous=schedule in ("1f1b", "hetpipe"))
+                               asynchronous=schedule in ASYNC_SCHEDULES)
             if mem.total_bytes > g.type.memory_bytes:
                 break
             t = sum(p.stage_times(g.type.name, b[s], b[s + 1]))

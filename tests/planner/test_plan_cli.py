@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from conftest import PIPEDREAM_PROFILES, needs_pipedream_profiles
+import hetsim
+from conftest import PIPEDREAM_PROFILES
 from hetsim.cli import main
 from hetsim.plan import load_plan
 
@@ -36,10 +37,96 @@ def test_bad_plan_requests_are_one_line_errors(capsys, args, message):
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
 
 
-@needs_pipedream_profiles()
 def test_a_profile_without_times_for_some_cluster_gpus_is_named(capsys):
     code = main(["plan", "--cluster", "hetpipe_4node", "--model", str(PIPEDREAM_PROFILES / "vgg16.txt"),
                  "--graph-gpu", "titan-v", "--jobs", "1"])
     assert code == 2
     assert ("no layer times for GPU type(s) quadro-p4000, rtx-2060, titan-rtx of cluster hetpipe_4node"
             in capsys.readouterr().err)
+
+
+def _plan(capsys, *args: str) -> tuple[int, str]:
+    code = main(["plan", "--cluster", "hetpipe_4node", "--model", "vgg19_b32_analytic", "--nm", "4", "--top", "2",
+                 "--margin", "0", "--waves", "8", "--jobs", "1", "--quiet", *args])
+    return code, capsys.readouterr().out
+
+
+def test_the_ranking_explains_every_policy_name_it_shows_in_one_line(capsys):
+    code, text = _plan(capsys, "--policies", "auto,horovod", "--show", "100")
+    assert code == 0
+    legend = [line for line in text.splitlines() if line.startswith("policy: ")]
+    assert len(legend) == 1
+    shown = {line.split()[1] for line in text.splitlines() if line[:3].strip().isdigit()}
+    for name in shown:                     # e.g. NP/2-node3: NP/k and -NODE are both explained
+        head = name.split("-")[0]
+        assert (head.split("/")[0] + "/" if "/" in head else head) in legend[0], name
+        assert "-" not in name or "-NODE" in legend[0]
+
+
+def test_sync_bsp_searches_flush_schedules_and_writes_a_bsp_plan(capsys, tmp_path):
+    code, text = _plan(capsys, "--sync", "bsp", "--policies", "ED", "--out", str(tmp_path / "bsp.json"))
+    plan = load_plan(tmp_path / "bsp.json")
+    assert code == 0 and plan.sync.mode == "bsp" and plan.schedule == "1f1b-flush"
+    assert "what if: sync bsp" in text
+
+
+def test_a_slowed_node_is_planned_as_slower_gpus_and_the_plan_simulates_with_it(capsys, tmp_path):
+    code, plain = _plan(capsys, "--policies", "ED")
+    code_slow, slow = _plan(capsys, "--policies", "ED", "--slowdown", "node1=2", "--out", str(tmp_path / "p.json"))
+    assert code == code_slow == 0 and "titan-rtx(x2)" in slow and "titan-rtx(x2)" not in plain
+    def rate(text: str) -> float:                # rank 1's simulated samples/s
+        return float(next(l for l in text.splitlines() if l.strip().startswith("1 ")).split("*")[0].split()[-1])
+    assert rate(slow) < rate(plain)
+    assert "--slowdown node1=2" in slow
+    assert main(["simulate", "--cluster", "hetpipe_4node", "--profile", "vgg19_b32_analytic", "--plan",
+                 str(tmp_path / "p.json"), "--slowdown", "node1=2", "--waves", "8", "--json"]) == 0
+
+
+def test_one_slowed_gpu_of_a_node_gets_less_work_from_the_partitioner(capsys, tmp_path):
+    profile = hetsim.load_profile("vgg19_b32_analytic")
+
+    def share(*slowdown: str) -> float:          # node1/gpu0's part of its VW's compute seconds
+        assert _plan(capsys, "--policies", "NP", *slowdown, "--out", str(tmp_path / "np.json"))[0] == 0
+        stages = next(vw.stages for vw in load_plan(tmp_path / "np.json").virtual_workers
+                      if vw.stages[0].gpu.startswith("node1/"))
+        seconds = {s.gpu: sum(profile.stage_times("titan-rtx", *s.layers)) for s in stages}
+        return seconds["node1/gpu0"] / sum(seconds.values())
+
+    assert share("--slowdown", "node1/gpu0=3") < share() / 2
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--sync", "bsp", "--schedule", "hetpipe"], "--sync bsp: needs a flush schedule"),
+    (["--slowdown", "node9=2"], "--slowdown 'node9=2': cluster hetpipe_4node has no GPU or node 'node9'"),
+    (["--slowdown", "node1=0"], "--slowdown 'node1=0': expected"),
+])
+def test_bad_what_if_options_are_one_line_errors(capsys, args, message):
+    code = main(["plan", "--cluster", "hetpipe_4node", "--model", "vgg19_b32_analytic", "--jobs", "1", *args])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_ranking_is_the_same_on_a_running_dask_cluster(capsys):
+    from distributed import LocalCluster
+    args = ["--policies", "auto", "--nm", "2,4", "--top", "3", "--show", "8"]
+    code, inline = _plan(capsys, *args)
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as cluster:
+        code_remote, remote = _plan(capsys, *args, "--scheduler", cluster.scheduler_address)
+    assert code == code_remote == 0
+    assert remote.splitlines()[1:] == inline.splitlines()[1:]      # all but the line with the time taken
+
+
+def test_tp_option_writes_a_tensor_parallel_plan_that_simulates(capsys, tmp_path):
+    code, text = _plan(capsys, "--tp", "2", "--sync", "bsp", "--policies", "ED", "--out", str(tmp_path / "tp.json"))
+    plan = load_plan(tmp_path / "tp.json")
+    assert code == 0 and "ED+TP2" in text and "+TPt:" in text
+    assert all(s.tp == 2 for vw in plan.virtual_workers for s in vw.stages)
+    assert main(["simulate", "--cluster", "hetpipe_4node", "--profile", "vgg19_b32_analytic",
+                 "--plan", str(tmp_path / "tp.json"), "--waves", "8", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["throughput"]["samples_per_s"] > 0
+
+
+def test_a_tp_degree_below_one_is_a_one_line_error(capsys):
+    code = main(["plan", "--cluster", "hetpipe_4node", "--model", "vgg19_b32_analytic", "--jobs", "1", "--tp", "1,0"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--tp '1,0': every value must be >= 1" in err and len(err.strip().splitlines()) == 1

@@ -1,12 +1,13 @@
 import pytest
 
-from hetsim.schedule import build_schedule, format_grid, validate_schedule, warmup_forwards
-from hetsim.schedule.generate import compute_order, greedy_orders
+from hetsim.schedule import build_schedule, validate_schedule, warmup_forwards
+from hetsim.schedule.generate import greedy_orders
 from hetsim.schedule.ir import Action, Schedule
+from hetsim.schedule.orders import OrderRequest, gpipe
 
 
 def compute(schedule: Schedule, stage: int) -> str:
-    return " ".join(str(a) for a in schedule.stages[stage] if a.kind in ("F", "B", "STEP"))
+    return " ".join(str(a) for a in schedule.stages[stage] if a.kind in ("F", "B", "I", "W", "STEP"))
 
 
 def test_pipedream_1f1b_literal_table():
@@ -30,7 +31,7 @@ def test_pipedream_flush_literal_table():
 
 def test_hetpipe_order_follows_arrivals_when_fewer_minibatches_than_stages():
     orders = greedy_orders(2, 6, ((1.0, 2.0, 0.0),) * 4)
-    as_text = [" ".join(f"{k}{i}" for k, i in o) for o in orders]
+    as_text = [" ".join(str(a) for a in o) for o in orders]
     assert as_text[0] == "F0 F1 B0 F2 B1 F3 B2 F4 B3 F5 B4 B5"
     assert as_text[1] == "F0 F1 B0 B1 F2 F3 B2 B3 F4 F5 B4 B5"   # a train of Nm: not 1F1B
     assert as_text[3] == "F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5"
@@ -71,11 +72,58 @@ def test_csv_round_trip():
 
 
 def test_action_text_round_trip():
-    for text in ["F3", "SEND_B12", "PUSH0", "GROUP_SYNC7", "RECV_F1"]:
+    for text in ["F3", "SEND_B12", "PUSH0", "GROUP_SYNC7", "RECV_F1", "F3c1", "I2", "W0c2"]:
         assert str(Action.parse(text)) == text
     with pytest.raises(ValueError):
         Action.parse("X3")
 
 
-def test_compute_order_marks_flushes():
-    assert compute_order("gpipe", 2, 1, 0, 2) == [("F", 0), ("B", 0), ("W", 0), ("F", 1), ("B", 1), ("W", 1)]
+def test_flush_orders_mark_the_end_of_every_wave():
+    assert [str(a) for a in gpipe(OrderRequest(2, 1, 2))[0]] == ["F0", "B0", "FLUSH0", "F1", "B1", "FLUSH1"]
+
+
+def test_zb_h1_literal_table_defers_s_weight_gradients_on_stage_s():
+    s = build_schedule("zb-h1", 3, 4, 1)
+    assert compute(s, 0) == "F0 F1 F2 I0 W0 F3 I1 W1 I2 W2 I3 W3 STEP0"
+    assert compute(s, 1) == "F0 F1 I0 F2 I1 W0 F3 I2 W1 I3 W2 W3 STEP0"
+    assert compute(s, 2) == "F0 I0 F1 I1 F2 I2 W0 F3 I3 W1 W2 W3 STEP0"
+
+
+def test_interleaved_literal_table_follows_megatron():
+    # p = 2 devices, v = 2 chunks, Nm = 4: warm-up 2(p - d - 1) + (v - 1)p chunk forwards, then 1F1B.
+    s = build_schedule("1f1b-interleaved", 2, 4, 1, chunks=2)
+    assert compute(s, 0) == ("F0 F1 F0c1 F1c1 F2 B0c1 F3 B1c1 F2c1 B0 F3c1 B1 B2c1 B3c1 B2 B3 "
+                             "STEP0 STEP0c1")
+    assert compute(s, 1) == ("F0 F1 F0c1 B0c1 F1c1 B1c1 F2 B0 F3 B1 F2c1 B2c1 F3c1 B3c1 B2 B3 "
+                             "STEP0 STEP0c1")
+
+
+def test_interleaved_sends_cross_from_the_last_device_to_the_next_chunk_of_the_first():
+    s = build_schedule("1f1b-interleaved", 2, 2, 1, chunks=2)
+    assert Action("SEND_F", 0, 0) in s.stages[1] and Action("RECV_F", 0, 1) in s.stages[0]
+    assert Action("SEND_F", 0, 1) not in s.stages[1]           # the last virtual stage sends nothing on
+    assert Action("RECV_F", 0, 0) not in s.stages[0]
+
+
+@pytest.mark.parametrize("p,v,m", [(2, 2, 4), (4, 2, 8), (4, 3, 8), (3, 2, 9)])
+def test_interleaved_first_device_holds_what_megatron_states(p, v, m):
+    """Korthikanti et al. (2022) §4.2.3: the first device holds p (1 + (p - 1) / (p v)) microbatches'
+    worth of activations, i.e. v p + p - 1 chunk activations of 1/v each."""
+    s = build_schedule("1f1b-interleaved", p, m, 2, chunks=v)
+    validate_schedule(s)
+    assert s.in_flight(0) == v * p + p - 1
+    assert s.in_flight(0) / v == pytest.approx(p * (1 + (p - 1) / (p * v)))
+    assert [s.in_flight(d) for d in range(p)] == [2 * (p - d - 1) + (v - 1) * p + 1 for d in range(p)]
+
+
+@pytest.mark.parametrize("k,nm", [(1, 1), (2, 2), (3, 4), (4, 8)])
+def test_zb_h1_holds_p_minibatches_like_1f1b_first_stage(k, nm):
+    zb, flush = build_schedule("zb-h1", k, nm, 2, "bsp"), build_schedule("1f1b-flush", k, nm, 2, "bsp")
+    validate_schedule(zb)
+    assert max(zb.in_flight(s) for s in range(k)) == max(flush.in_flight(s) for s in range(k)) == min(nm, k)
+
+
+def test_csv_round_trip_keeps_chunks():
+    s = build_schedule("1f1b-interleaved", 2, 2, 2, "bsp", chunks=3)
+    back = Schedule.from_csv(s.to_csv(), name=s.name, nm=s.nm)
+    assert back == s

@@ -132,3 +132,133 @@ def test_many_short_transfers_late_in_a_run_finish_without_endless_re_prediction
     run_bounded(env)
     assert all(e.processed for e in events)
     assert share.carried["a"] == sum(1e3 * (i + 1) for i in range(50))
+
+
+# Rates of a running FluidShare (solved per component, remembered by kind) against a from-scratch
+# progressive filling over every active flow, on random flow sets started and finished over time.
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hetsim.sim import fluid as fluid_module
+
+LINKS = ("a", "b", "c", "d", "e")
+flow_sets = st.lists(
+    st.tuples(st.integers(0, 3),                                   # start instant
+              st.lists(st.sampled_from(LINKS), min_size=1, max_size=3, unique=True).map(tuple),
+              st.sampled_from([1.0, 3.0, 10.0, 25.0]),             # amount
+              st.sampled_from([math.inf, 2.0])),                   # cap
+    min_size=1, max_size=24)
+
+
+def rates_checked_against_scratch(flows, capacity):
+    """Run `flows`; after every event with no start pending, compare each active flow's rate to a
+    from-scratch solve of all active flows. Return each flow's finish time."""
+    env = simpy.Environment()
+    share = FluidShare(env, capacity)
+    done = {}
+
+    def start(i, at, links, amount, cap):
+        yield env.timeout(at)
+        yield share.transfer(links, amount, cap)
+        done[i] = env.now
+
+    for i, flow in enumerate(flows):
+        env.process(start(i, *flow))
+    while env.peek() < math.inf:
+        env.step()
+        active = list(share._flows.values())
+        if active and not share._dirty:
+            assert [f.rate for f in active] == pytest.approx(_max_min_rates(active, capacity), rel=1e-9)
+    return [done[i] for i in range(len(flows))]
+
+
+CAPACITY = {"a": 10.0, "b": 4.0, "c": 7.0, "d": 1.0, "e": 30.0}
+
+
+@settings(max_examples=150, deadline=None)
+@given(flow_sets)
+def test_component_rates_equal_a_from_scratch_max_min_solve(flows):
+    rates_checked_against_scratch(flows, CAPACITY)
+
+
+@settings(max_examples=60, deadline=None)
+@given(flow_sets)
+def test_vectorised_rates_equal_a_from_scratch_max_min_solve(flows):
+    original = fluid_module._VECTOR_FROM
+    fluid_module._VECTOR_FROM = 3                 # the global vectorised solve from 3 active flows
+    try:
+        rates_checked_against_scratch(flows, CAPACITY)
+    finally:
+        fluid_module._VECTOR_FROM = original
+
+
+def forgetful(monkeypatch):
+    """Solve every time: the memo keeps nothing."""
+    monkeypatch.setattr(fluid_module._Solver, "rates",
+                        lambda self, flows: self.solve(flows, tuple(f.kind for f in flows)))
+
+
+@settings(max_examples=100, deadline=None)
+@given(flow_sets)
+def test_remembered_solves_give_bit_identical_finish_times(flows):
+    remembered = finish_times_and_carried(flows)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        forgetful(monkeypatch)
+        assert finish_times_and_carried(flows) == remembered
+
+
+def finish_times_and_carried(flows):
+    env = simpy.Environment()
+    share = FluidShare(env, CAPACITY)
+    done = {}
+
+    def start(i, at, links, amount, cap):
+        yield env.timeout(at)
+        yield share.transfer(links, amount, cap)
+        done[i] = env.now
+
+    for i, flow in enumerate(flows):
+        env.process(start(i, *flow))
+    env.run()
+    return [done[i] for i in range(len(flows))], share.carried
+
+
+def test_a_repeated_set_of_concurrent_flows_is_solved_once():
+    env = simpy.Environment()
+    share = FluidShare(env, {"a": 10.0, "b": 5.0})
+    calls = []
+    solve = share._component_solver.solve
+    share._component_solver.solve = lambda flows, key: calls.append(len(flows)) or solve(flows, key)
+
+    def rounds():
+        for _ in range(5):
+            yield env.all_of([share.transfer(("a",), 20.0), share.transfer(("a", "b"), 10.0)])
+
+    env.process(rounds())
+    env.run()
+    # A round: both at 5/s for 2 s (b holds a+b to 5), then a alone moves its last 10 at 10/s; the
+    # first round solves {a, a+b}, {a} and the empty set left at its end, rounds 2-5 remember them.
+    assert calls == [2, 1, 0]
+    assert env.now == 5 * 3.0
+
+
+def test_the_global_solve_from_kind_tables_is_bit_identical_to_the_per_flow_build():
+    import random
+
+    import numpy as np
+
+    from hetsim.sim.fluid import _fill, _Kinds, _max_min_rates_numpy
+    rng = random.Random(11)
+    names = [f"l{i}" for i in range(30)]
+    vector = np.array([rng.choice([1.0, 3.0, 7.0, 1e9 / 3]) for _ in names])
+    kinds = _Kinds({name: i for i, name in enumerate(names)})
+    flows = []
+    for i in range(400):
+        links = tuple(rng.sample(names, rng.randint(1, 5)))
+        cap = rng.choice([math.inf, 0.05, 0.3])
+        kind, columns = kinds.of(links, cap)
+        flows.append(_Flow(i, links, 1, cap, 0, None, columns, kind))
+        if i in (199, 399):                      # the kind table grows between solves
+            assert (_fill(*kinds.incidence(tuple(f.kind for f in flows)), vector)
+                    == _max_min_rates_numpy(flows, vector))

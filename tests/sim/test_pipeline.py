@@ -92,3 +92,63 @@ def test_jitter_changes_results_only_through_the_seed():
     c = run(p, cluster([2]), pl, waves=10, jitter_cv=0.2, seed=2)
     assert a.to_json() == b.to_json()
     assert a.throughput != c.throughput
+
+
+@pytest.mark.parametrize("v", [2, 3])
+@pytest.mark.parametrize("m", [4, 8])
+def test_interleaved_1f1b_bubble_shrinks_by_the_chunk_count(v, m):
+    """Megatron (SC'21 §2.2.2): with v chunks of equal time per device, an iteration takes
+    m (F + B) + (p - 1)(F + B) / v, so the bubble fraction is (p - 1) / (v m + p - 1)."""
+    fwd, bwd = 0.010, 0.020                  # one device's whole share; a chunk does 1/v of it
+    c = cluster([K])
+    p = profile(K * v, fwd / v, bwd / v)
+    gpus = [f"node0/gpu{i}" for i in range(K)] * v
+    report = run(p, c, plan([gpus], list(range(K * v + 1)), nm=m, schedule="1f1b-interleaved"), waves=8)
+    bubble = (K - 1) / (v * m + K - 1)
+    assert len(report.gpus) == K
+    for gpu in report.gpus:
+        assert 1 - gpu.busy_fraction == pytest.approx(bubble, rel=1e-6)
+    iteration = m * (fwd + bwd) + (K - 1) * (fwd + bwd) / v
+    assert report.throughput["minibatches_per_s"] == pytest.approx(m / iteration, rel=1e-6)
+
+
+@pytest.mark.parametrize("m", [4, 8, 12])
+def test_zb_h1_bubble_is_a_third_of_1f1b_with_equal_f_b_w(m):
+    """Qi et al. (ICLR'24 §3.1): with F = B = W (backward = 2F, half of it the weight gradient), ZB-H1's
+    iteration is m (F + B + W) + (p - 1)(F + B - W), 1F1B-flush's m (F + B + W) + (p - 1)(F + B + W)."""
+    f = 0.010
+    c = cluster([K])
+    p = profile(K, f, 2 * f)
+    gpus = [[f"node0/gpu{i}" for i in range(K)]]
+    zb = run(p, c, plan(gpus, list(range(K + 1)), nm=m, schedule="zb-h1"), waves=8)
+    flush = run(p, c, plan(gpus, list(range(K + 1)), nm=m, schedule="1f1b-flush"), waves=8)
+    zb_bubble, flush_bubble = (K - 1) * (f + f - f), (K - 1) * 3 * f
+    assert zb.throughput["minibatches_per_s"] == pytest.approx(m / (3 * f * m + zb_bubble), rel=1e-6)
+    assert flush.throughput["minibatches_per_s"] == pytest.approx(m / (3 * f * m + flush_bubble), rel=1e-6)
+    for gpu in zb.gpus:
+        assert 1 - gpu.busy_fraction == pytest.approx(zb_bubble / (3 * f * m + zb_bubble), rel=1e-6)
+
+
+def test_zb_h1_holds_the_same_peak_activations_as_1f1b():
+    """ZB-H1 defers weight gradients but never holds more minibatches than 1F1B's first stage (p)."""
+    p = profile(K, 0.01, 0.02, out_bytes=1000)
+    gpus = [[f"node0/gpu{i}" for i in range(K)]]
+    peak = {}
+    for schedule in ("zb-h1", "1f1b-flush"):
+        report = run(p, cluster([K]), plan(gpus, list(range(K + 1)), nm=8, schedule=schedule), waves=3)
+        peak[schedule] = max(g.memory_breakdown["activation_bytes"] for g in report.gpus)
+    assert peak["zb-h1"] == peak["1f1b-flush"] > 0
+
+
+def test_an_interleaved_vw_waits_for_the_all_reduce_of_every_chunk_on_its_first_device():
+    """The VW's sync wait is its first device's (as the executor measures rank 0's), every chunk's
+    all-reduce included, not chunk 0's alone."""
+    c = cluster([2, 2], net_Bps=1e8)
+    p = profile(4, 0.01, 0.02, param_bytes=1_000_000)
+    vws = [["node0/gpu0", "node0/gpu1"] * 2, ["node1/gpu0", "node1/gpu1"] * 2]
+    report = run(p, c, plan(vws, [0, 1, 2, 3, 4], nm=2, schedule="1f1b-interleaved", sync=SyncSpec(mode="bsp")),
+                 waves=6)
+    first = {g.id: g.sync_wait_s for g in report.gpus}
+    assert report.virtual_workers[0].sync_wait_s > 0.01
+    assert report.virtual_workers[0].sync_wait_s == pytest.approx(first["node0/gpu0"], rel=1e-9)
+    assert report.virtual_workers[1].sync_wait_s == pytest.approx(first["node1/gpu0"], rel=1e-9)

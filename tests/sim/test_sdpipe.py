@@ -47,3 +47,19 @@ def test_straggler_injection_is_seeded():
     a = run_simulation(c, p, pl, SimOptions(seed=1, **opts)).to_json()
     b = run_simulation(c, p, pl, SimOptions(seed=1, **opts)).to_json()
     assert a == b
+
+
+def test_a_group_costs_its_messages_the_ring_and_each_members_passes_over_the_weights():
+    # Two one-stage pipelines on one node, P = 1: every wave both join at once, so no window is open.
+    # Per wave: compute 0.03 s; ring of 1 GB between two members at 10 GB/s, 2 steps of 0.5 GB = 0.1 s;
+    # flattening (1 pass) and reducing, dividing, gathering (1.5 passes) at 1 TB/s = 2.5 ms;
+    # join and reply messages of a few bytes: nanoseconds.
+    from hetsim.sim.sdpipe import averaging_passes
+    assert averaging_passes(1) == 0.0 and averaging_passes(2) == 2.5 and averaging_passes(4) == 1 + 7 / 4
+    c = cluster([2], intra_Bps=1e10)
+    p = profile(1, 0.010, 0.020, param_bytes=10**9)
+    pl = plan([["node0/gpu0"], ["node0/gpu1"]], [0, 1], nm=1, sync=SyncSpec(mode="sdpipe", sdpipe_period=1))
+    report = run_simulation(c, p, pl, SimOptions(waves=10, trace=False))
+    for v in report.virtual_workers:
+        assert v.minibatches_per_s == pytest.approx(1 / (0.03 + 0.1 + 0.0025), rel=1e-4)
+

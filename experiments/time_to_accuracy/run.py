@@ -1,0 +1,185 @@
+"""Time to accuracy: predicted vs measured time to a target loss, on this host's CPU ranks.
+
+    python experiments/time_to_accuracy/run.py            # 8 plans, measure + fit + compare
+    python experiments/time_to_accuracy/run.py --quick    # 3 plans (a pipeline check)
+    python experiments/time_to_accuracy/run.py --compare  # no runs: refit and compare results/runs.json
+
+Each plan runs as `hetsim validate` runs it (executor.validate.validate_plan: this host profiled just
+before and after, the plan executed, the same plan simulated with that profile), but on the executor's
+`teacher` task, so that its loss falls. Then:
+1. fit.py fits the statistical-efficiency model (hetsim.convergence) on the FIT plans' measured runs
+   (their update batch, measured staleness and minibatches to each target) and writes
+   gpu_profiles/convergence.yaml;
+2. for every plan, predicted time to target = the model's samples at the SIMULATED staleness / the
+   SIMULATED samples per second, against the measured time the moving mean of the loss first reaches
+   the target. Both clocks start at the run's first loss: process start-up (spawning, building the
+   model) is not part of training and not simulated.
+Results: results/runs.json (the measured curves), results/time_to_accuracy.{csv,md}. Goal: median
+|error| <= 10 % over every plan and target. Wall-clock times need an otherwise idle host.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import platform
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from fit import FIT_ON, MODEL, MODEL_KWARGS, RUNS, TARGETS, fit_entry, write_entry, write_fit_report  # noqa: E402
+
+from hetsim.convergence import crossing, dynamics_of, samples_to_target  # noqa: E402
+from hetsim.plan import Plan, StageSpec, SyncSpec, VirtualWorker  # noqa: E402
+
+BATCH, CUTS = 128, (0, 3, 7)       # the mlp's 7 layers cut into halves of ~1.05 M weights each
+MEDIAN_TOL = 10.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Case:
+    plan: Plan
+    waves: int                                   # enough for the slowest to reach every target
+    slowdown: dict[str, float] = field(default_factory=dict)
+    quick: bool = False
+
+
+def _plan(name: str, n_vw: int, nm: int, schedule: str, sync: SyncSpec = SyncSpec()) -> Plan:
+    gpus = iter(range(100))
+    vws = tuple(VirtualWorker(name=f"vw{v}", stages=tuple(
+        StageSpec(gpu=f"host/gpu{next(gpus)}", layers=(CUTS[s], CUTS[s + 1])) for s in range(len(CUTS) - 1)))
+        for v in range(n_vw))
+    return Plan(name=name, model=MODEL, minibatch_size=BATCH, nm=nm, schedule=schedule, sync=sync,
+                virtual_workers=vws)
+
+
+def cases() -> list[Case]:
+    """Two-stage pipelines of the mlp: one VW (asynchronous 1F1B; GPipe's flush of 4), and two VWs under
+    WSP with D in {0, 1, 2, 4}, WSP with one VW slowed 2x (a straggler), and BSP."""
+    wsp = lambda d: SyncSpec(mode="wsp", staleness_bound=d)
+    return [
+        Case(plan=_plan("vw1_1f1b_nm2", 1, 2, "1f1b"), waves=100, quick=True),
+        Case(plan=_plan("vw1_gpipe_nm4", 1, 4, "gpipe"), waves=60),
+        Case(plan=_plan("wsp_d0", 2, 2, "1f1b", wsp(0)), waves=150),
+        Case(plan=_plan("wsp_d1", 2, 2, "1f1b", wsp(1)), waves=150),
+        Case(plan=_plan("wsp_d2", 2, 2, "1f1b", wsp(2)), waves=150),
+        Case(plan=_plan("wsp_d4", 2, 2, "1f1b", wsp(4)), waves=150, quick=True),
+        Case(plan=_plan("wsp_d2_straggler", 2, 2, "1f1b", wsp(2)), waves=150, quick=True,
+             slowdown={"host/gpu2": 2.0, "host/gpu3": 2.0}),
+        Case(plan=_plan("bsp", 2, 2, "1f1b-flush", SyncSpec(mode="bsp")), waves=110),
+    ]
+
+
+def measure(case: Case, waves: int) -> dict:
+    """One plan validated on the teacher task: the measured curve and staleness, the predicted rate
+    and staleness."""
+    from executor.validate import validate_plan
+    prediction, measurement = validate_plan(case.plan, model_kwargs=MODEL_KWARGS, waves=waves,
+                                            slowdown=case.slowdown, data="teacher")
+    return {"name": case.plan.name, "plan": case.plan.to_dict(), "waves": waves,
+            "slowdown": case.slowdown, "cluster": prediction.cluster,
+            "cores_after": measurement.training.get("cores_available", {}).get("after"),
+            "measured": {"samples_per_s": measurement.throughput["samples_per_s"],
+                         "staleness": measurement.staleness, "curve": [list(x) for x in measurement.losses]},
+            "predicted": {"samples_per_s": prediction.throughput["samples_per_s"],
+                          "staleness": prediction.staleness}}
+
+
+def compare(runs: list[dict], entry) -> list[dict]:
+    """Per plan and target: predicted and measured minibatches and seconds from the first loss."""
+    rows = []
+    for run in runs:
+        curve = run["measured"]["curve"]
+        pred = dynamics_of(run["plan"], run["predicted"]["staleness"])
+        meas = dynamics_of(run["plan"], run["measured"]["staleness"])
+        for fit in entry.targets:
+            hit = crossing(curve, fit.loss, entry.smoothing)
+            samples = samples_to_target(fit, pred.update_batch, pred.staleness, pred.async_vws)
+            # Minibatches after the first loss, at the simulated rate.
+            predicted_s = (samples - BATCH) / run["predicted"]["samples_per_s"]
+            row = {"plan": run["name"], "role": "fit" if run["name"] in FIT_ON else "held back", "target": fit.loss,
+                   "update_batch": pred.update_batch,
+                   "staleness pred/meas": f"{pred.staleness:.2f}/{meas.staleness:.2f}",
+                   "samples_s pred/meas": (f"{run['predicted']['samples_per_s']:.0f}/"
+                                           f"{run['measured']['samples_per_s']:.0f}"),
+                   "minibatches_pred": round(samples / BATCH, 1), "minibatches_meas": hit[0] if hit else None,
+                   "seconds_pred": round(predicted_s, 2),
+                   "seconds_meas": round(hit[1] - curve[0][2], 2) if hit else None}
+            row["error_pct"] = (round(100 * (row["seconds_pred"] - row["seconds_meas"]) / row["seconds_meas"], 1)
+                                if hit else None)
+            # The two sources of the error: the steps (hetsim.convergence) and the rate (the simulator).
+            row["steps_error_pct"] = round(100 * (samples / BATCH - hit[0]) / hit[0], 1) if hit else None
+            row["rate_error_pct"] = round(100 * (run["predicted"]["samples_per_s"] / run["measured"]["samples_per_s"]
+                                                 - 1), 1)
+            rows.append(row)
+    return rows
+
+
+def write_table(rows: list[dict], stem: Path, header: str) -> float | None:
+    with open(stem.with_suffix(".csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    errors = [abs(r["error_pct"]) for r in rows if r["error_pct"] is not None]
+    median = statistics.median(errors) if errors else None
+    held = [abs(r["error_pct"]) for r in rows if r["error_pct"] is not None and r["role"] == "held back"]
+    lines = [header, "", "| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
+    lines += ["| " + " | ".join("" if v is None else str(v) for v in r.values()) + " |" for r in rows]
+    steps = [abs(r["steps_error_pct"]) for r in rows if r["steps_error_pct"] is not None and r["role"] == "held back"]
+    rates = [abs(r["rate_error_pct"]) for r in rows if r["role"] == "held back"]
+    lines += ["", f"median |error| {median:.1f} % over {len(errors)} (plan, target) pairs"
+              + (f"; held-back plans only: {statistics.median(held):.1f} %" if held else "")
+              + f" (goal <= {MEDIAN_TOL:g} %)" if median is not None else "no plan reached a target"]
+    if steps:
+        lines.append(f"held back, by source: steps (model) median |error| {statistics.median(steps):.1f} %, "
+                     f"samples/s (simulation) median |error| {statistics.median(rates):.1f} %")
+    missed = [f"{r['plan']}@{r['target']:g}" for r in rows if r["minibatches_meas"] is None]
+    if missed:
+        lines.append(f"never reached (raise the case's waves): {', '.join(missed)}")
+    stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return median
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="3 plans, to check the pipeline")
+    p.add_argument("--compare", action="store_true", help="no runs: fit and compare results/runs.json")
+    p.add_argument("--only", nargs="+", default=None, metavar="PLAN",
+                   help="run only these plans; the other plans' runs in results/runs.json are kept")
+    args = p.parse_args(argv)
+    chosen = [c for c in cases() if (not args.quick or c.quick) and (not args.only or c.plan.name in args.only)]
+    started = time.time()
+    if not args.compare:
+        runs = []
+        for case in chosen:
+            t0 = time.time()
+            runs.append(measure(case, case.waves))
+            print(f"{case.plan.name}: {len(runs[-1]['measured']['curve'])} losses, {time.time() - t0:.0f} s",
+                  flush=True)
+        if args.only and RUNS.exists():       # the other plans' runs stay
+            kept = [r for r in json.loads(RUNS.read_text())["runs"] if r["name"] not in {x["name"] for x in runs}]
+            runs = sorted(kept + runs, key=lambda r: [c.plan.name for c in cases()].index(r["name"]))
+        RUNS.parent.mkdir(parents=True, exist_ok=True)
+        RUNS.write_text(json.dumps({"host": platform.node(), "runs": runs}) + "\n")
+    runs = json.loads(RUNS.read_text())["runs"]
+    entry = fit_entry(runs)
+    write_entry(entry)
+    write_fit_report(runs, entry)
+    header = (f"# Time to accuracy: predicted vs measured ({MODEL} {MODEL_KWARGS}, minibatch {BATCH}, teacher task, "
+              f"targets {', '.join(f'{t:g}' for t in TARGETS)}; moving mean of {entry.smoothing} losses)\n\n"
+              f"Fitted on: {', '.join(r['name'] for r in runs if r['name'] in FIT_ON)}; "
+              f"`python experiments/time_to_accuracy/run.py{' --quick' if args.quick else ''}"
+              f"{' --compare' if args.compare else ''}`, {time.time() - started:.0f} s")
+    median = write_table(compare(runs, entry), HERE / "results" / "time_to_accuracy", header)
+    return 0 if median is not None and median <= MEDIAN_TOL else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

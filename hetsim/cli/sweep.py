@@ -1,0 +1,95 @@
+"""`hetsim sweep`: simulate a grid of what-ifs on Dask workers; write OUT/sweep.csv and a plot.
+
+    hetsim sweep --plan P --vary nm=2,4,8 --vary network.bandwidth_gbit_s=25,100 --out sweep/
+    hetsim sweep ... --scheduler tcp://10.0.0.5:8786        # on a Dask cluster already running
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+from pathlib import Path
+
+from hetsim.cli.arguments import check_output_dir, whole
+from hetsim.cli.progress import add_quiet, progress_bar
+from hetsim.cli.simulate import _inputs, _slowdowns, _straggler, _warmup, add_input_arguments
+from hetsim.errors import HetsimError
+
+__all__ = ["add_arguments", "run", "write_csv"]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_input_arguments(p)
+    p.add_argument("--vary", action="append", default=[], metavar="NAME=V1,V2,...",
+                   help="an axis of the grid (repeatable; every combination runs): staleness, nm, waves, jitter, "
+                   "seed, network.bandwidth_gbit_s, network.latency_us, slowdown.GPU (GPU: node1/gpu0 or node2)")
+    p.add_argument("--out", required=True, metavar="DIR", help="write sweep.csv (and sweep.png) here")
+    p.add_argument("--workers", type=whole(1), default=None, metavar="N",
+                   help="Dask worker processes on this machine (default: every core; 1: run here, no cluster)")
+    p.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help="run on a Dask cluster already running, e.g. tcp://10.0.0.5:8786, instead of a local one "
+                   "(its workers need hetsim installed)")
+    p.add_argument("--no-plots", action="store_true", help="skip sweep.png")
+    add_quiet(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    from hetsim.fanout import check_address, fan_out
+    from hetsim.sweep import SweepBase, check_axes, grid, parse_axes, run_point
+    axes = parse_axes(args.vary)
+    if args.scheduler is not None:
+        check_address(args.scheduler)
+    prob, delay = _straggler(args.straggler)
+    named = _slowdowns(args.slowdown)
+    _warmup(args)                      # refuses --warmup-waves >= --waves before any point runs
+    check_output_dir(args.out, "--out")
+    cluster, profile, plan = _inputs(args)
+    base = SweepBase(cluster=cluster, profile=profile, plan=plan, waves=args.waves,
+                     warmup_waves=args.warmup_waves, seed=args.seed, jitter_cv=args.jitter,
+                     slowdown=_checked_slowdown(cluster, named), straggler_prob=prob, straggler_delay_s=delay)
+    check_axes(axes, base)
+    points = grid(axes)
+    with progress_bar("sweep", len(points), quiet=args.quiet, unit="point") as bar:
+        rows = fan_out(run_point, [(base, p) for p in points], workers=args.workers,
+                       scheduler=args.scheduler, bar=bar)
+    names = [a.name for a in axes]
+    paths = [write_csv(rows, Path(args.out) / "sweep.csv")]
+    if 1 <= len(names) <= 2 and not args.no_plots and any(not r["error"] for r in rows):
+        from hetsim.plots import plot_sweep
+        paths.append(plot_sweep(rows, names, Path(args.out) / "sweep.png"))
+    print(format_rows(rows, names))
+    failed = sum(1 for r in rows if r["error"])
+    print(f"\n{len(rows)} point{'s' if len(rows) != 1 else ''}{f', {failed} failed' if failed else ''}; "
+          f"wrote {', '.join(str(p) for p in paths)}")
+    return 0
+
+
+def _checked_slowdown(cluster, named: dict[str, float]) -> dict[str, float]:
+    """The --slowdown names as given (points may add to them), once proven to name GPUs or nodes."""
+    from hetsim.slowdown import gpu_factors
+    gpu_factors(cluster, named)
+    return named
+
+
+def write_csv(rows: list[dict], path: Path) -> Path:
+    """One row per point; floats as Python writes them (shortest text that reads back exactly)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]), lineterminator="\n")
+            writer.writeheader()
+            writer.writerows(rows)
+    except OSError as exc:
+        raise HetsimError(f"{path}: cannot write the sweep ({exc.strerror or exc})") from None
+    return path
+
+
+def format_rows(rows: list[dict], names: list[str]) -> str:
+    """A short table: the axis values, samples/s and the error of each point."""
+    width = [max(len(n), 8) for n in names]
+    lines = ["  ".join(f"{n:>{w}}" for n, w in zip(names, width)) + f"  {'samples/s':>11}"]
+    for r in rows:
+        cells = "  ".join(f"{r[n]:>{w}g}" for n, w in zip(names, width))
+        result = f"{r['samples_per_s']:>11.2f}" if not r["error"] else f"  error: {r['error']}"
+        lines.append(cells + "  " + result)
+    return "\n".join(lines)

@@ -1,0 +1,39 @@
+"""Profile files: hetsim's own YAML/JSON, or PipeDream's graph.txt, told apart by suffix.
+
+hetsim.profile holds the profile itself and hetsim.pipedream_graph the graph.txt format; loading
+lives here so that neither of those two needs the other's module.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from hetsim.data import resolve
+from hetsim.fields import Fields
+from hetsim.pipedream_graph import read_graph
+from hetsim.profile import ModelProfile, profile_from_dict
+
+__all__ = ["load_profile", "save_profile"]
+
+
+def load_profile(path: str | Path, *, graph_gpu_type: str = "reference",
+                 graph_batch_size: int | None = None) -> ModelProfile:
+    """Load hetsim's YAML/JSON profile, or PipeDream's graph.txt, whose times then belong to
+    `graph_gpu_type` and whose sizes to `graph_batch_size` (the file states neither)."""
+    path = resolve("profile", path)
+    if path.suffix == ".txt":
+        return read_graph(path, gpu_type=graph_gpu_type, batch_size=graph_batch_size)
+    f = Fields.load(path)
+    return profile_from_dict(f.data, path.name)
+
+
+def save_profile(profile: ModelProfile, path: str | Path) -> None:
+    path = Path(path)
+    doc = profile.to_dict()
+    if path.suffix == ".json":
+        path.write_text(json.dumps(doc, indent=1) + "\n")
+    else:
+        path.write_text(yaml.safe_dump(doc, sort_keys=False, width=120))

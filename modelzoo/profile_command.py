@@ -1,0 +1,84 @@
+"""`hetsim profile`'s measuring and deriving (hetsim.cli.profile holds and checks its arguments, then
+calls `run` here by name, through hetsim.cli.torch_side)."""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import warnings
+from pathlib import Path
+
+import torch
+
+from hetsim.derive import derive_profile, load_efficiencies
+from hetsim.errors import HetsimError, SpecError
+from hetsim.gpu import GpuType
+from hetsim.pipedream_graph import write_graph
+from hetsim.profile_files import save_profile
+from modelzoo import MODELS
+from modelzoo.counting import counted_profile
+from modelzoo.kernel_classes import split_by_kernel_class
+from modelzoo.profiler import measure_profile
+
+__all__ = ["run"]
+
+
+def run(args: argparse.Namespace, derive_for: list[GpuType]) -> int:
+    """Measure (unless --no-measure) and derive times for `derive_for`; write --out (and --graph-txt)."""
+    if args.model not in MODELS:
+        close = difflib.get_close_matches(args.model, MODELS, n=3, cutoff=0.5)
+        hint = f"did you mean {', '.join(map(repr, close))}?" if close else f"known: {', '.join(sorted(MODELS))}"
+        raise SpecError(f"--model: unknown model {args.model!r}; {hint}")
+    if args.device.startswith("cuda") and not args.no_measure:
+        index = int(args.device.partition(":")[2] or 0)
+        if not torch.cuda.is_available() or index >= torch.cuda.device_count():
+            raise HetsimError(f"--device {args.device}: CUDA is not available here (torch {torch.__version__}, "
+                              f"{torch.cuda.device_count()} CUDA devices); use --device cpu, or --no-measure "
+                              "with --derive-for")
+    profile = _profile(args, derive_for)
+    _write(profile, args, [g.name for g in derive_for])
+    return 0
+
+
+def _profile(args, derive_for: list[GpuType]):
+    kwargs = {"image_size": args.image_size} if args.image_size else {}
+    try:                                    # on the meta device: shapes only, so only shapes can fail
+        with warnings.catch_warnings():     # torch's warnings about odd shapes; the error says it all
+            warnings.simplefilter("ignore")
+            skeleton, costs = counted_profile(args.model, args.batch, **kwargs)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        size = f" at --image-size {args.image_size}" if args.image_size else ""
+        raise HetsimError(f"--model {args.model}: cannot be built or run{size} with --batch {args.batch} "
+                          f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
+    base = skeleton
+    if not args.no_measure:
+        base = measure_profile(args.model, args.batch, device=args.device, device_type=_device_type(args),
+                               repeats=args.repeats, warmup=args.warmup, threads=args.threads,
+                               progress=not args.no_progress, **kwargs)
+    if not derive_for:
+        return base
+    costs = split_by_kernel_class(args.model, args.batch, costs, **kwargs)
+    return derive_profile(base, costs, derive_for, load_efficiencies({g.name: g for g in derive_for}),
+                          precision=args.precision)
+
+
+def _device_type(args) -> str:
+    if args.device_type:
+        return args.device_type
+    if args.device.startswith("cuda"):
+        return torch.cuda.get_device_name(args.device).lower().replace("nvidia ", "").replace(" ", "-")
+    return "cpu"
+
+
+def _write(profile, args, derive_for: list[str]) -> None:
+    graph_gpu = args.graph_gpu or (_device_type(args) if not args.no_measure else derive_for[0])
+    out = Path(args.out)
+    if out.suffix == ".txt":
+        write_graph(profile, out, gpu_type=graph_gpu)
+    else:
+        save_profile(profile, out)
+    if args.graph_txt:
+        write_graph(profile, args.graph_txt, gpu_type=graph_gpu)
+    types = ", ".join(sorted(profile.gpu_types))
+    print(f"wrote {out}: {profile.model} at batch {profile.batch_size}, {profile.n_layers} layers, "
+          f"times for {types}" + (f"; graph.txt: {args.graph_txt}" if args.graph_txt else ""))

@@ -1,0 +1,81 @@
+"""The paper experiments (experiments/*/run.py) as CI runs them, --quick, and the table writer they
+share (experiments/report_table.py)."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import sys
+from pathlib import Path
+
+EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
+
+
+def load(name: str):
+    """experiments/NAME/run.py as a module (the scripts are not a package)."""
+    spec = importlib.util.spec_from_file_location(f"{name}_experiment", EXPERIMENTS / name / "run.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module            # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def quick_rows(name: str, out: Path, table: str) -> list[dict[str, str]]:
+    assert load(name).main(["--quick", "--out", str(out)]) == 0
+    with open(out / f"{table}.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_the_shared_writer_keeps_every_column_and_the_markdown_it_is_given(tmp_path):
+    load("antichain")                           # puts experiments/ on sys.path, as every script does
+    from report_table import markdown_table, write_results
+    table = markdown_table(["a", "b"], [[1, "x"], [2.5, "-"]])
+    assert table == "| a | b |\n|---|---|\n| 1 | x |\n| 2.5 | - |\n"
+    assert write_results([{"a": 1}, {"a": 2, "b": 3}], tmp_path / "r", "t", table) == table
+    assert (tmp_path / "r" / "t.csv").read_text().splitlines() == ["a,b", "1,", "2,3"]
+    assert (tmp_path / "r" / "t.md").read_text() == table
+
+
+def test_quick_and_out_options_edit_the_default_config(tmp_path):
+    module = load("antichain")
+    from report_table import experiment_config
+    config = experiment_config(module.Config(), module.quick, ["--quick", "--out", str(tmp_path)],
+                               description="d", quick_help="h")
+    assert config.models == module.quick(module.Config()).models and config.out == tmp_path
+    assert experiment_config(module.Config(), module.quick, [], description="d", quick_help="h") == module.Config()
+
+
+def test_antichain_quick_cuts_every_model_on_4_and_8_gpus_within_its_bottleneck_bound(tmp_path):
+    rows = quick_rows("antichain", tmp_path, "table1")
+    assert [(r["model"], r["gpus"]) for r in rows] == [(m, g) for m in ("vgg16", "resnet50", "squeezenet1_0")
+                                                       for g in ("4", "8")]
+    assert all(1 < float(r["simulated_speedup"]) <= float(r["dp_speedup"]) * 1.01 for r in rows)
+    assert "| vgg16 | 4 |" in (tmp_path / "table1.md").read_text()
+
+
+def test_pipedream_quick_prints_its_formulas_configuration_beside_the_paper(tmp_path):
+    rows = quick_rows("pipedream", tmp_path, "configurations")
+    assert [(r["cluster"], r["model"]) for r in rows] == [("pipedream_cluster_a", "vgg16"),
+                                                          ("pipedream_cluster_b", "vgg16")]
+    assert rows[0]["paper_config"] == "15-1" and all(int(r["flat_gpus"]) <= 16 for r in rows)
+    assert "| A | vgg16 | 128 |" in (tmp_path / "configurations.md").read_text()
+
+
+def test_sdpipe_quick_puts_sdpipe_ahead_of_allreduce_under_stragglers(tmp_path):
+    rows = quick_rows("sdpipe", tmp_path, "throughput")
+    for n in ("2", "4"):
+        by = {r["sync"]: float(r["stragglers_samples_per_s"]) for r in rows if r["pipelines"] == n}
+        assert by["SDPipe P=10"] > by["all-reduce"]
+    assert (tmp_path / "throughput.png").stat().st_size > 0
+
+
+def test_hetpipe_quick_writes_a_row_per_policy_and_d_and_a_figure(tmp_path):
+    rows = quick_rows("hetpipe", tmp_path, "throughput")
+    module = load("hetpipe")
+    config = module.quick(module.Config())
+    vgg = [r for r in rows if r["model"] == "VGG-19"]
+    assert {(r["policy"], int(r["D"])) for r in vgg} >= {(p, d) for p in config.policies for d in config.staleness}
+    assert any(r["policy"] == "Horovod (BSP)" for r in vgg)
+    assert all(float(r["samples_per_s"]) > 0 for r in rows)
+    assert (tmp_path / "throughput.png").stat().st_size > 0
+    assert "| VGG-19 | ED |" in (tmp_path / "throughput.md").read_text()
