@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import os
 import subprocess
 import time
@@ -80,6 +81,7 @@ def network_model(fluid: types.ModuleType | None):
 
 
 def timed(cluster, profile, plan, waves, fluid=None):
+    gc.collect()            # the previous run's garbage is freed here, not inside this run's time
     with network_model(fluid):
         start = time.perf_counter()
         report = run_simulation(cluster, profile, plan, SimOptions(waves=waves, trace=False))
