@@ -146,7 +146,9 @@ def _work_per_minibatch(rec: RankRecord, origin: float, start: float, end: float
         counts[kind] = counts.get(kind, 0) + 1
         if start < rec.wall(t) - origin <= end:
             kinds.setdefault(kind, []).append(seconds)
-    per_backward = {kind: n / counts.get("B", 1) for kind, n in counts.items()}
+    # One backward per minibatch: "B", or "I" where ZB-H1 splits it into input (I) and weight (W) halves.
+    minibatches = counts.get("B", 0) + counts.get("I", 0) or 1
+    per_backward = {kind: n / minibatches for kind, n in counts.items()}
     return sum(sum(v) / len(v) * per_backward[kind] for kind, v in kinds.items())
 
 

@@ -299,7 +299,7 @@ def _refuse_bad_input(args: argparse.Namespace, plan: Plan, model_kwargs: dict) 
     from executor import ExecOptions
     from executor.launch import check_job_plan
     from hetsim.cli.arguments import check_output_dir
-    from hetsim.cli.simulate import _in_plan_file
+    from hetsim.cli.simulate import in_plan_file
     from hetsim.errors import PlanError
 
     if args.out:
@@ -313,14 +313,14 @@ def _refuse_bad_input(args: argparse.Namespace, plan: Plan, model_kwargs: dict) 
     try:
         check_job_plan(plan, None, args.model or plan.model, model_kwargs)
     except PlanError as exc:
-        raise _in_plan_file(exc, args.plan) from None
+        raise in_plan_file(exc, args.plan) from None
 
 
 def run(args: argparse.Namespace) -> int:
     import hetsim
     from executor.__main__ import model_kwargs
     from hetsim.cli.progress import still_running
-    from hetsim.cli.simulate import _slowdowns
+    from hetsim.cli.simulate import parse_slowdowns
     from hetsim.compare import compare_reports, format_comparison
 
     plan = hetsim.load_plan(args.plan)
@@ -329,7 +329,7 @@ def run(args: argparse.Namespace) -> int:
                        quiet=getattr(args, "quiet", False)):
         prediction, measurement = validate_plan(
             plan, model=args.model, model_kwargs=model_kwargs(args.model_arg), waves=args.waves,
-            warmup_waves=args.warmup_waves, slowdown=_slowdowns(args.slowdown), cores=args.cores,
+            warmup_waves=args.warmup_waves, slowdown=parse_slowdowns(args.slowdown), cores=args.cores,
             link_Bps=args.link_GBps * 1e9 if args.link_GBps else None,
             latency_s=args.latency_us * 1e-6 if args.latency_us is not None else None, seed=args.seed,
             colocated_work=args.colocated_work, device=args.device)

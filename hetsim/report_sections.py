@@ -76,6 +76,15 @@ def _staleness(plan: Plan, run: RunRecords) -> dict[str, Any]:
     return out
 
 
+def _bound_waits(plan: Plan, gates: list[tuple]) -> dict[str, float]:
+    """Seconds each VW's input stage waited on the bound (one pass: a 1,024-GPU run has many gates)."""
+    waits = [0.0] * len(plan.virtual_workers)
+    for vw, stage, _, wait_s, _ in gates:
+        if stage == 0:
+            waits[vw] += wait_s
+    return {vw.name: waits[i] for i, vw in enumerate(plan.virtual_workers)}
+
+
 def _sync(plan: Plan, run: RunRecords) -> dict[str, Any]:
     spec = plan.sync
     out: dict[str, Any] = {"mode": spec.mode}
@@ -84,8 +93,7 @@ def _sync(plan: Plan, run: RunRecords) -> dict[str, Any]:
         out.update(staleness_bound=spec.staleness_bound, pull_offset=offset, ps_placement=spec.ps_placement,
                    **run.wsp_state,
                    max_clock_gap=max(((w - offset) - c for _, _, w, _, c in run.gates), default=0),
-                   bound_wait_s={vw.name: sum(g[3] for g in run.gates if g[0] == i and g[1] == 0)
-                                 for i, vw in enumerate(plan.virtual_workers)})
+                   bound_wait_s=_bound_waits(plan, run.gates))
     elif spec.mode == "sdpipe":
         out.update(period=spec.sdpipe_period, groups=len(run.sdpipe_group_sizes),
                    group_size=distribution(run.sdpipe_group_sizes), connections=run.sdpipe_connections)

@@ -108,9 +108,9 @@ def _schedule(args: argparse.Namespace) -> str:
 
 def _what_if(cluster, profile, items: list[str]):
     """The cluster and profile as the search sees them with --slowdown: slowed GPUs as types of their own."""
-    from hetsim.cli.simulate import _slowdowns
+    from hetsim.cli.simulate import parse_slowdowns
     from hetsim.slowdown import gpu_factors, slowed_types
-    return slowed_types(cluster, profile, gpu_factors(cluster, _slowdowns(items)))
+    return slowed_types(cluster, profile, gpu_factors(cluster, parse_slowdowns(items)))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -16,7 +16,8 @@ from hetsim.report import Report
 from hetsim.slowdown import gpu_factors
 from hetsim.units import GIB
 
-__all__ = ["add_arguments", "add_input_arguments", "run", "format_report"]
+__all__ = ["add_arguments", "add_input_arguments", "run", "format_report", "load_inputs", "parse_slowdowns",
+           "parse_straggler", "warmup_waves_of", "in_plan_file"]
 
 # Stage-minibatches from which a run takes a couple of seconds or more: show that it is working.
 LONG_RUN = 20_000
@@ -63,13 +64,13 @@ def _factor(text: str) -> float:
     return value
 
 
-def _slowdowns(items: list[str]) -> dict[str, float]:
+def parse_slowdowns(items: list[str]) -> dict[str, float]:
     """{GPU id or node name: factor}; which GPUs a name means is known once the cluster is loaded."""
     return assignments(items, "--slowdown", _factor,
                        "GPU=FACTOR (or NODE=FACTOR) with a finite FACTOR > 0, e.g. node2/gpu1=1.5")
 
 
-def _straggler(text: str | None) -> tuple[float, float]:
+def parse_straggler(text: str | None) -> tuple[float, float]:
     if text is None:
         return 0.0, 0.0
     prob, _, delay = text.partition(":")
@@ -83,7 +84,7 @@ def _straggler(text: str | None) -> tuple[float, float]:
     return prob_f, delay_s
 
 
-def _warmup(args: argparse.Namespace) -> int:
+def warmup_waves_of(args: argparse.Namespace) -> int:
     if args.warmup_waves is None:
         return min(2, args.waves - 1)
     if args.warmup_waves >= args.waves:
@@ -94,12 +95,12 @@ def _warmup(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     import hetsim
-    prob, delay = _straggler(args.straggler)
-    named, warmup = _slowdowns(args.slowdown), _warmup(args)
+    prob, delay = parse_straggler(args.straggler)
+    named, warmup = parse_slowdowns(args.slowdown), warmup_waves_of(args)
     if args.out:
         check_output_dir(args.out, "--out")
     started = time.perf_counter()
-    cluster, profile, plan = _inputs(args)
+    cluster, profile, plan = load_inputs(args)
     slowdown = gpu_factors(cluster, named)
     work = args.waves * plan.nm * sum(len(vw.stages) for vw in plan.virtual_workers)
     try:
@@ -108,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
                                      jitter_cv=args.jitter, slowdown=slowdown, straggler_prob=prob,
                                      straggler_delay_s=delay, trace=args.out is not None)
     except PlanError as exc:
-        raise _in_plan_file(exc, args.plan) from None
+        raise in_plan_file(exc, args.plan) from None
     from hetsim.convergence import attach_time_to_accuracy
     attach_time_to_accuracy(report, args.target_loss)
     wall = time.perf_counter() - started
@@ -127,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _inputs(args: argparse.Namespace):
+def load_inputs(args: argparse.Namespace):
     """Cluster, profile and plan, checked against each other and the options before simulating."""
     import hetsim
     from hetsim.sim.engine import check_length
@@ -135,14 +136,14 @@ def _inputs(args: argparse.Namespace):
     profile = hetsim.load_profile(args.profile, graph_gpu_type=args.graph_gpu, graph_batch_size=args.graph_batch)
     plan = hetsim.load_plan(args.plan)
     if plan.model and plan.model != profile.model:
-        raise _in_plan_file(PlanError(f"model: {plan.model!r}, but the profile {args.profile} is of "
+        raise in_plan_file(PlanError(f"model: {plan.model!r}, but the profile {args.profile} is of "
                                       f"{profile.model!r}; simulate a plan with a profile of its model"), args.plan)
     check_length(args.waves, plan.nm, sum(len(vw.stages) for vw in plan.virtual_workers),
                  f"--waves and {resolve('plan', args.plan).name}'s nm")
     return cluster, profile, plan
 
 
-def _in_plan_file(exc: PlanError, plan: str) -> PlanError:
+def in_plan_file(exc: PlanError, plan: str) -> PlanError:
     """A plan that does not fit this cluster and profile: the error names its file where it said 'plan'."""
     return PlanError(f"{resolve('plan', plan).name}: {str(exc).removeprefix('plan: ')}")
 

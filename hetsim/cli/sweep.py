@@ -12,7 +12,8 @@ from pathlib import Path
 
 from hetsim.cli.arguments import check_output_dir, whole
 from hetsim.cli.progress import add_quiet, progress_bar
-from hetsim.cli.simulate import _inputs, _slowdowns, _straggler, _warmup, add_input_arguments
+from hetsim.cli.simulate import (add_input_arguments, load_inputs, parse_slowdowns, parse_straggler,
+                                 warmup_waves_of)
 from hetsim.errors import HetsimError
 
 __all__ = ["add_arguments", "run", "write_csv"]
@@ -39,11 +40,11 @@ def run(args: argparse.Namespace) -> int:
     axes = parse_axes(args.vary)
     if args.scheduler is not None:
         check_address(args.scheduler)
-    prob, delay = _straggler(args.straggler)
-    named = _slowdowns(args.slowdown)
-    _warmup(args)                      # refuses --warmup-waves >= --waves before any point runs
+    prob, delay = parse_straggler(args.straggler)
+    named = parse_slowdowns(args.slowdown)
+    warmup_waves_of(args)              # refuses --warmup-waves >= --waves before any point runs
     check_output_dir(args.out, "--out")
-    cluster, profile, plan = _inputs(args)
+    cluster, profile, plan = load_inputs(args)
     base = SweepBase(cluster=cluster, profile=profile, plan=plan, waves=args.waves,
                      warmup_waves=args.warmup_waves, seed=args.seed, jitter_cv=args.jitter,
                      slowdown=_checked_slowdown(cluster, named), straggler_prob=prob, straggler_delay_s=delay)
