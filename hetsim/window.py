@@ -20,8 +20,9 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
+from typing import Sequence
 
-__all__ = ["SteadyWindow", "steady_window"]
+__all__ = ["SteadyWindow", "steady_window", "window_opens", "window_closes"]
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,18 @@ class SteadyWindow:
         if self.locked:
             return min(self.free_rate(v) for v in range(len(self.spans)))
         return self.free_rate(vw)
+
+
+def window_opens(completed: Sequence[int], warmup: int) -> bool:
+    """Whether the window is open once VWs have completed `completed` minibatches each: the last VW
+    has completed its warm-up. (A run's meters are read at this instant; `steady_window` finds the
+    same instant in completion times.)"""
+    return min(completed) >= warmup
+
+
+def window_closes(completed: Sequence[int], total: int) -> bool:
+    """Whether the window has closed: the first VW has completed all `total` of its minibatches."""
+    return max(completed) >= total
 
 
 def steady_window(completions: list[list[float]], warmup: int, origin: float = 0.0,

@@ -2,7 +2,7 @@
 
 import pytest
 
-from hetsim.window import steady_window
+from hetsim.window import steady_window, window_closes, window_opens
 
 
 def test_bursty_completions_at_different_phases_are_timed_exactly():
@@ -54,3 +54,18 @@ def test_a_locked_window_counts_every_vw_at_the_slowest_rate():
     assert (free.rate(0), free.rate(1)) == (pytest.approx(1.0), pytest.approx(2.0))
     assert (locked.rate(0), locked.rate(1)) == (pytest.approx(1.0), pytest.approx(1.0))
     assert locked.free_rate(1) == free.rate(1)
+
+
+def test_the_run_time_rules_open_and_close_the_window_at_the_instants_steady_window_finds():
+    # Three VWs at different paces; replay their completions in time order as a run would see them.
+    times = [[0.7 * k for k in range(1, 13)], [1.0 * k for k in range(1, 13)], [1.3 * k for k in range(1, 13)]]
+    events = sorted((t, v) for v, ts in enumerate(times) for t in ts)
+    completed, opened, closed = [0, 0, 0], None, None
+    for t, v in events:
+        completed[v] += 1
+        if opened is None and window_opens(completed, 3):
+            opened = t
+        if closed is None and window_closes(completed, 12):
+            closed = t
+    w = steady_window(times, warmup=3)
+    assert (opened, closed) == (w.start, w.end) == (pytest.approx(3.9), pytest.approx(8.4))

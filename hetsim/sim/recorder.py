@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from hetsim.sim.world import World
 from hetsim.trace import TraceWriter
+from hetsim.window import window_closes, window_opens
 
 __all__ = ["Recorder", "Snapshot"]
 
@@ -35,7 +36,6 @@ class Recorder:
         self.trace = trace
         self.start: Snapshot | None = None
         self.end: Snapshot | None = None
-        self._warm = 0
         self.staleness_local: list[tuple] = []
         self.staleness_global: list[tuple] = []
         self.gates: list[tuple] = []               # (vw, stage, wave, wait_s, c_global at pass)
@@ -47,11 +47,11 @@ class Recorder:
     def minibatch_done(self, vw: int) -> None:
         self.completed[vw] += 1
         self.completion_times[vw].append(self.world.env.now)
-        if self.completed[vw] == self.warmup:
-            self._warm += 1
-            if self._warm == len(self.completed):
-                self.start = self.snapshot()
-        if self.completed[vw] == self.n_minibatches and self.end is None and self.start is not None:
+        # The rules are hetsim.window's; they can only change when this VW reaches warm-up or its end.
+        if self.completed[vw] == self.warmup and self.start is None and window_opens(self.completed, self.warmup):
+            self.start = self.snapshot()
+        if (self.completed[vw] == self.n_minibatches and self.end is None and self.start is not None
+                and window_closes(self.completed, self.n_minibatches)):
             self.end = self.snapshot()
 
     def snapshot(self) -> Snapshot:
