@@ -261,3 +261,15 @@ def test_the_global_solve_from_kind_tables_is_bit_identical_to_the_per_flow_buil
         if i in (199, 399):                      # the kind table grows between solves
             assert (_fill(*kinds.incidence(tuple(f.kind for f in flows)), vector)
                     == _max_min_rates_numpy(flows, vector))
+
+
+@settings(max_examples=60, deadline=None)
+@given(flow_sets)
+def test_dropping_outdated_predictions_at_once_gives_bit_identical_finish_times(flows):
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(fluid_module, "_STALE_FACTOR", 10**9)     # never compact
+        kept = finish_times_and_carried(flows)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(fluid_module, "_STALE_FACTOR", 0)         # compact at every re-arm
+        monkeypatch.setattr(fluid_module, "_STALE_SLACK", 0)
+        assert finish_times_and_carried(flows) == kept
