@@ -8,9 +8,8 @@ over the window in which every VW is past warm-up and none has finished (hetsim.
 from __future__ import annotations
 
 from hetsim.report import GpuStats, Report
-from hetsim.report_sections import RunRecords, run_sections
+from hetsim.report_sections import RunRecords, plan_window, run_sections
 from hetsim.trace import TraceWriter
-from hetsim.window import steady_window
 
 from executor.emulation import EMULATION_NOTE
 from executor.health import ExecutorError
@@ -26,7 +25,7 @@ def build_measured_report(job, layout: RankLayout, records: list[RankRecord], sc
     warm = opts.warmup_waves * plan.nm
     times = [[records[layout.stage_rank(v, 0)].wall(t) - origin for t in
               records[layout.stage_rank(v, 0)].completions] for v in range(len(plan.virtual_workers))]
-    window = steady_window(times, warm, period=plan.nm, locked=plan.sync.mode == "wsp")
+    window = plan_window(plan, times, warm)
     if window is None:
         raise ExecutorError(f"no steady-state window: raise waves above warmup_waves "
                             f"({opts.waves} <= {opts.warmup_waves})")

@@ -12,9 +12,9 @@ from typing import Any, Sequence
 
 from hetsim.plan import ASYNC_SCHEDULES, Plan
 from hetsim.report import VwStats, distribution
-from hetsim.window import SteadyWindow
+from hetsim.window import SteadyWindow, steady_window
 
-__all__ = ["RunRecords", "run_sections", "staleness_bounds"]
+__all__ = ["RunRecords", "plan_window", "run_sections", "staleness_bounds"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,6 +32,12 @@ class RunRecords:
     wsp_state: dict[str, Any] = field(default_factory=dict)   # WSP: where the servers' state lives
     sdpipe_group_sizes: Sequence[int] = ()
     sdpipe_connections: Any = None
+
+
+def plan_window(plan: Plan, completions: list[list[float]], warmup: int) -> SteadyWindow | None:
+    """The steady window of a run of `plan`, prediction or measurement: VWs timed over whole waves of
+    Nm, and under WSP each counted at the slowest one's rate (hetsim.window)."""
+    return steady_window(completions, warmup, period=plan.nm, locked=plan.sync.mode == "wsp")
 
 
 def run_sections(plan: Plan, run: RunRecords) -> dict[str, Any]:

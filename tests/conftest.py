@@ -13,6 +13,17 @@ from hetsim.profile import LayerProfile, ModelProfile
 PIPEDREAM_PROFILES = pipedream_profiles()     # shipped with the package (gpu_profiles/pipedream)
 
 
+# Two RTX 2060s on PCIe in one node: the smallest cluster file the CLI tests write.
+TINY_CLUSTER_YAML = """
+name: tiny
+network: {kind: ethernet, bandwidth_gbit_s: 10}
+nodes:
+  - name: node0
+    gpus: [{type: rtx-2060, count: 2}]
+    intra_link: {kind: pcie, gen: 3, lanes: 16}
+"""
+
+
 def gpu_type(name: str = "test-gpu", memory_gib: float = 16.0) -> GpuType:
     return GpuType(name=name, display_name=name, memory_bytes=int(memory_gib * GIB),
                    memory_bandwidth_Bps=1e12, peak_fp32_flops=1e13, peak_fp16_flops=1e14,

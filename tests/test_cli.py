@@ -7,18 +7,11 @@ import sys
 import pytest
 
 import hetsim
+from conftest import TINY_CLUSTER_YAML as CLUSTER
 from hetsim.cli import main
 from hetsim.data import data_root
 from hetsim.errors import PlanError
 
-CLUSTER = """
-name: tiny
-network: {kind: ethernet, bandwidth_gbit_s: 10}
-nodes:
-  - name: node0
-    gpus: [{type: rtx-2060, count: 2}]
-    intra_link: {kind: pcie, gen: 3, lanes: 16}
-"""
 PLAN = {"name": "p", "minibatch_size": 32, "nm": 2, "schedule": "hetpipe", "sync": {"mode": "none"},
         "virtual_workers": [{"name": "vw0", "stages": [{"gpu": "node0/gpu0", "layers": [0, 20]},
                                                        {"gpu": "node0/gpu1", "layers": [20, 44]}]}]}

@@ -8,6 +8,7 @@ import math
 import pytest
 
 import hetsim
+from conftest import TINY_CLUSTER_YAML
 from hetsim.cluster import Cluster, GpuSlot, LinkSpec, Node
 from hetsim.convergence import (ConvergenceModel, Observation, TargetFit, crossing, dynamics_of, fit_target,
                                 load_convergence, rank_by_time, samples_to_target, time_to_target)
@@ -148,14 +149,6 @@ def test_time_to_accuracy_ranks_the_stale_faster_plan_last_when_staleness_costs_
 
 
 # the command line ---------------------------------------------------------------------------------
-CLI_CLUSTER = """
-name: tiny
-network: {kind: ethernet, bandwidth_gbit_s: 10}
-nodes:
-  - name: node0
-    gpus: [{type: rtx-2060, count: 2}]
-    intra_link: {kind: pcie, gen: 3, lanes: 16}
-"""
 
 
 def _mlp_profile_yaml() -> str:
@@ -167,7 +160,7 @@ def _mlp_profile_yaml() -> str:
 
 def test_simulate_reports_time_to_the_entrys_default_target(tmp_path, capsys):
     from hetsim.cli import main
-    (tmp_path / "c.yaml").write_text(CLI_CLUSTER)
+    (tmp_path / "c.yaml").write_text(TINY_CLUSTER_YAML)
     (tmp_path / "p.yaml").write_text(_mlp_profile_yaml())
     plan = {"name": "p", "model": "mlp", "minibatch_size": 128, "nm": 2, "schedule": "1f1b", "sync": {"mode": "none"},
             "virtual_workers": [{"name": "vw0", "stages": [{"gpu": "node0/gpu0", "layers": [0, 2]},
@@ -189,7 +182,7 @@ def test_simulate_reports_time_to_the_entrys_default_target(tmp_path, capsys):
 
 def test_plan_ranks_by_time_to_accuracy_or_names_the_missing_entry(tmp_path, capsys):
     from hetsim.cli import main
-    (tmp_path / "c.yaml").write_text(CLI_CLUSTER)
+    (tmp_path / "c.yaml").write_text(TINY_CLUSTER_YAML)
     (tmp_path / "p.yaml").write_text(_mlp_profile_yaml())
     args = ["plan", "--cluster", str(tmp_path / "c.yaml"), "--model", str(tmp_path / "p.yaml"), "--nm", "1,2",
             "--staleness", "0,2", "--waves", "6", "--jobs", "1", "--objective", "time-to-accuracy"]

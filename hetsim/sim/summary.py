@@ -11,11 +11,10 @@ from hetsim.memory import StageMemory
 from hetsim.plan import Plan
 from hetsim.profile import ModelProfile
 from hetsim.report import GpuStats, LinkStats, Report
-from hetsim.report_sections import RunRecords, run_sections
+from hetsim.report_sections import RunRecords, plan_window, run_sections
 from hetsim.sim.pipeline import Stage
 from hetsim.sim.recorder import Recorder
 from hetsim.sim.world import World
-from hetsim.window import steady_window
 
 __all__ = ["build_report"]
 
@@ -23,7 +22,7 @@ __all__ = ["build_report"]
 def build_report(world: World, rec: Recorder, plan: Plan, cluster: Cluster, profile: ModelProfile,
                  options, memory: dict[str, StageMemory], stages: list[list[Stage]], sync) -> Report:
     start, end = rec.start, rec.end
-    window = steady_window(rec.completion_times, rec.warmup, period=plan.nm, locked=plan.sync.mode == "wsp")
+    window = plan_window(plan, rec.completion_times, rec.warmup)
     if start is None or end is None or end.t <= start.t or window is None:
         raise SimulationError(f"no steady-state window: no simulated time passed between the last virtual worker "
                               f"finishing its {options.warmup_waves} warm-up waves and the first finishing all "

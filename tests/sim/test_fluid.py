@@ -151,9 +151,9 @@ flow_sets = st.lists(
     min_size=1, max_size=24)
 
 
-def rates_checked_against_scratch(flows, capacity):
-    """Run `flows`; after every event with no start pending, compare each active flow's rate to a
-    from-scratch solve of all active flows. Return each flow's finish time."""
+def started(flows, capacity):
+    """An environment with each (at, links, amount, cap) flow's process started; `done[i]` is set to
+    flow i's finish time as it finishes."""
     env = simpy.Environment()
     share = FluidShare(env, capacity)
     done = {}
@@ -165,6 +165,13 @@ def rates_checked_against_scratch(flows, capacity):
 
     for i, flow in enumerate(flows):
         env.process(start(i, *flow))
+    return env, share, done
+
+
+def rates_checked_against_scratch(flows, capacity):
+    """Run `flows`; after every event with no start pending, compare each active flow's rate to a
+    from-scratch solve of all active flows. Return each flow's finish time."""
+    env, share, done = started(flows, capacity)
     while env.peek() < math.inf:
         env.step()
         active = list(share._flows.values())
@@ -208,17 +215,7 @@ def test_remembered_solves_give_bit_identical_finish_times(flows):
 
 
 def finish_times_and_carried(flows):
-    env = simpy.Environment()
-    share = FluidShare(env, CAPACITY)
-    done = {}
-
-    def start(i, at, links, amount, cap):
-        yield env.timeout(at)
-        yield share.transfer(links, amount, cap)
-        done[i] = env.now
-
-    for i, flow in enumerate(flows):
-        env.process(start(i, *flow))
+    env, share, done = started(flows, CAPACITY)
     env.run()
     return [done[i] for i in range(len(flows))], share.carried
 
