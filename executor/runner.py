@@ -2,7 +2,8 @@
 
 Each action kind has a small handler. Sends are asynchronous (isend); receives are posted ahead
 and RECV waits for its message, so a message travels as soon as it is sent, as the simulator
-assumes; time spent waiting is recorded as such, forwards/backwards as compute.
+assumes; time spent waiting is recorded as such, forwards/backwards as compute. Under a rendezvous
+schedule (DeepSpeed's engine) a receive is posted only when reached and a send waits until received.
 
 A tensor-parallel stage is one StageRank per member, all replaying the stage's actions. Only the
 lead talks to the neighbouring stages (as hetsim.sim.pipeline's stage does from its GPU): at RECV it
@@ -59,8 +60,10 @@ class StageRank:
                  n_vw: int = 1, checkpoint=None, fault: tuple[int, str, str] | None = None, rank: int = -1,
                  sdpipe: GroupSyncClient | None = None, placement: Placement = CPU,
                  p2p_groups: dict[tuple[int, int], object] | None = None, tp: TPComm | None = None,
-                 tp_ranks: list[int] | None = None):
+                 tp_ranks: list[int] | None = None, rendezvous: bool = False):
         self.vw, self.n_stages, self.nm = vw, n_stages, nm
+        # DeepSpeed's engine: a receive is posted when reached and a send waits until it is received.
+        self.rendezvous = rendezvous
         self.asynchronous = asynchronous
         self.chunks = chunks
         # Asynchronous schedules, WSP and SDPipe run one chunk: theirs is chunks[0].
@@ -85,7 +88,8 @@ class StageRank:
     def run(self, actions, start: int = 0) -> None:
         """Replay actions[start:] (start > 0 when resuming from a checkpoint)."""
         self._pending_recvs = deque(tuple(a) for a in actions[start:] if a.kind in _RECV_FROM and self.lead)
-        self._post_recvs()
+        if not self.rendezvous:
+            self._post_recvs()
         for action in actions[start:]:
             self.rec.at(str(action))
             if self.fault is not None and self.fault[:2] == (self.rank, str(action)):
@@ -177,15 +181,24 @@ class StageRank:
         chunk = self.chunks[c]
         dst, to_stage = (chunk.next_rank, chunk.stage + 1) if kind == "F" else (chunk.prev_rank, chunk.stage - 1)
         group = self.p2p_groups.get((self.rank, dst))
-        for j, tensor in enumerate(self._outbox.pop((kind, mb, c))):
-            self._sends.add(dist.isend(self.placement.to_wire(tensor.contiguous()), dst,
-                                       tag=self._tag(kind, mb, to_stage, j), group=group))
+        t0 = time.perf_counter()
+        works = [dist.isend(self.placement.to_wire(tensor.contiguous()), dst, tag=self._tag(kind, mb, to_stage, j),
+                            group=group) for j, tensor in enumerate(self._outbox.pop((kind, mb, c)))]
+        if not self.rendezvous:
+            for work in works:
+                self._sends.add(work)
+            return
+        self.rec.waiting_on = [dst]
+        for work in works:
+            work.wait()
+        self.placement.synchronize()
+        self.rec.span(f"send {kind}{mb}", "wait", t0, time.perf_counter())
 
     def _post_recvs(self) -> None:
         """Keep the next RECV_LOOKAHEAD receives posted, so a message travels as soon as it is sent
         (gloo and NCCL move a point-to-point message only once its receive is posted; PipeDream's
         runtime posts them ahead the same way), as the simulator's transfers do."""
-        while len(self._posted) < RECV_LOOKAHEAD and self._pending_recvs:
+        while len(self._posted) < (1 if self.rendezvous else RECV_LOOKAHEAD) and self._pending_recvs:
             action, mb, c = self._pending_recvs.popleft()
             kind, (src, shapes) = action[-1], _RECV_FROM[action](self.chunks[c])
             tensors = tuple(self.placement.empty(shape) for shape in shapes)
@@ -199,12 +212,15 @@ class StageRank:
             self._recv_from_lead(kind, mb, c)
             return
         t0 = time.perf_counter()
+        if self.rendezvous:
+            self._post_recvs()               # this receive, posted only now
         src, tensors, works = self._posted.pop((kind, mb, c))
-        # Refill before waiting (so RECV_LOOKAHEAD receives besides this one are posted meanwhile):
-        # posting an irecv sometimes blocks for milliseconds (median 66 us, mean 1 ms, max 5 ms in a
-        # 2-stage 1F1B on 2 cores), and here that overlaps the wait instead of delaying the compute
-        # after it (+26% samples/s in that case).
-        self._post_recvs()
+        if not self.rendezvous:
+            # Refill before waiting (so RECV_LOOKAHEAD receives besides this one are posted meanwhile):
+            # posting an irecv sometimes blocks for milliseconds (median 66 us, mean 1 ms, max 5 ms in a
+            # 2-stage 1F1B on 2 cores), and here that overlaps the wait instead of delaying the compute
+            # after it (+26% samples/s in that case).
+            self._post_recvs()
         self.rec.waiting_on = [src]
         for work in works:
             work.wait()                      # NCCL: only makes this rank's stream wait for the message

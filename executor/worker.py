@@ -308,8 +308,9 @@ def _stage(job: Job, layout, role, graph, task: Task, values, numel, shards, rec
         wsp = WspClient(vw=vw, stage=s, ps_ranks=ps,
                         shard_ranges=[shard_indices(numel, shards, j, lo, hi) for j in range(len(ps))],
                         device=placement.compute)
+    kind = schedule_kind(plan.schedule)
     runner = StageRank(
-        vw=vw, n_stages=n_stages, nm=plan.nm, asynchronous=schedule_kind(plan.schedule).asynchronous,
+        vw=vw, n_stages=n_stages, nm=plan.nm, asynchronous=kind.asynchronous, rendezvous=kind.explicit_p2p,
         chunks=chunks, data=data,
         emulation=Emulation(opts.slowdown.get(role.gpu, 1.0), placement), record=record, wsp=wsp,
         n_vw=len(plan.virtual_workers), fault=opts.fault_spec, rank=role.rank,

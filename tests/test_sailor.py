@@ -31,7 +31,7 @@ def imported(tmp_path, plan, *extra):
 def test_a_gh200_plan_becomes_replicas_of_tp4_groups_on_per_gpu_network_rails(tmp_path):
     out = imported(tmp_path, GH / "plan_config_N4_D2.json")
     plan, cluster = load_plan(out / "plan.json"), load_cluster(out / "cluster.yaml")
-    assert (len(plan.virtual_workers), plan.nm, plan.sync.mode, plan.schedule) == (2, 32, "bsp", "1f1b-flush")
+    assert (len(plan.virtual_workers), plan.nm, plan.sync.mode, plan.schedule) == (2, 32, "bsp", "1f1b-deepspeed")
     assert [s.tp for s in plan.virtual_workers[0].stages] == [4, 4]
     assert [s.layers for s in plan.virtual_workers[1].stages] == [(0, 12), (12, 26)]
     assert len(cluster.nodes) == 4 and all(n.nic_per_gpu for n in cluster.nodes)
@@ -76,13 +76,14 @@ def test_predictions_on_sailors_runs_stay_within_the_published_errors(tmp_path):
     import pandas as pd
     rows = pd.read_csv(out)
     assert rows["error"].isna().all(), rows["error"].dropna().tolist()
-    for name, limit in (("gh200-opt350", 9.0), ("mit-opt350", 9.0)):
-        errors = rows[rows["set"] == name]["time_err_pct"].abs()
+    for name, limit in (("gh200-opt350", 7.0), ("mit-opt350", 12.0)):
+        one = rows[rows["set"] == name]
+        errors = one["time_err_pct"].abs()
         assert len(errors) == {"gh200-opt350": 15, "mit-opt350": 9}[name]
         assert errors.mean() <= limit, (name, errors.mean())
+        assert one["predicted_iter_s"].rank().corr(one["measured_iter_s"].rank()) >= 0.95, name
     gh = rows[rows["set"] == "gh200-opt350"]
     assert gh["mem_err_pct"].abs().mean() <= 6.0
-    assert gh["predicted_iter_s"].rank().corr(gh["measured_iter_s"].rank()) >= 0.95
 
 
 def test_the_planners_closed_form_agrees_with_the_simulator_on_tensor_parallel_plans(tmp_path):

@@ -104,9 +104,9 @@ def shape_cases(batch: int = BATCH) -> list[Case]:
 
 
 def schedule_cases(batch: int = BATCH) -> list[Case]:
-    """The schedules added with the registry (issue 19): ZB-H1 on two stages, and interleaved 1F1B with
-    two chunks on each of two ranks (four virtual stages; plans/s2_nm4_zb-h1.json and
-    plans/s2v2_nm4_1f1b-interleaved.json)."""
+    """The schedules added with the registry: ZB-H1 on two stages, interleaved 1F1B with two chunks on
+    each of two ranks (four virtual stages; plans/s2_nm4_zb-h1.json and
+    plans/s2v2_nm4_1f1b-interleaved.json), and DeepSpeed's rendezvous pipeline on three stages."""
     cuts = CUTS[4]
     interleaved = Plan(name="s2v2_nm4_1f1b-interleaved", model=MODEL, minibatch_size=batch, nm=4,
                        schedule="1f1b-interleaved", sync=SyncSpec(), virtual_workers=(VirtualWorker(
@@ -115,6 +115,7 @@ def schedule_cases(batch: int = BATCH) -> list[Case]:
     return [
         Case(plan=_plan_of("s2_nm4_zb-h1", 1, 2, 4, "zb-h1", SyncSpec(), batch)),
         Case(plan=interleaved),
+        Case(plan=_plan_of("s3_nm4_1f1b-deepspeed", 1, 3, 4, "1f1b-deepspeed", SyncSpec(), batch)),
     ]
 
 

@@ -55,12 +55,13 @@ def _device_actions(kind: ScheduleKind, order: list[Action], d: int, n_devices: 
         s = chunk * n_devices + d
         if kind_ == FLUSH:
             actions += _flush_actions(i, sync, chunks)
-        elif kind_ == "F":
+        elif kind_ == "F" and not kind.explicit_p2p:
             if sync == "wsp" and i % nm == 0 and i > 0:
                 actions.append(Action("PULL", i // nm))
             actions += _forward(s, k, i, chunk)
-        elif kind_ == "W":                       # a weight gradient talks to no other stage
-            actions.append(Action("W", i, chunk))
+        elif kind_ == "W" or kind.explicit_p2p:
+            # A weight gradient talks to no other stage; explicit transfers are already in the order.
+            actions.append(Action(kind_, i, chunk))
         else:
             actions += _backward(s, k, i, chunk, kind_)
             if kind.asynchronous:

@@ -2,7 +2,9 @@
 
 An order is a list of Actions per device using only the compute kinds (F, B, or I and W when the
 backward is split) plus a FLUSH marker (index = wave) where a flush schedule steps the optimiser.
-`hetsim.schedule.generate.build_schedule` wraps them in sends, receives, updates and sync actions.
+`hetsim.schedule.generate.build_schedule` wraps them in sends, receives, updates and sync actions;
+a schedule whose runtime fixes where its transfers go (registry `explicit_p2p`: DeepSpeed's) lists
+its sends and receives itself.
 Every generator has the same signature (see `OrderRequest`), so the registry can hold them side by side.
 """
 
@@ -14,7 +16,7 @@ from dataclasses import dataclass
 from hetsim.schedule.ir import Action
 
 __all__ = ["OrderRequest", "FLUSH", "warmup_forwards", "greedy_orders", "gpipe",
-           "one_f_one_b", "one_f_one_b_flush", "hetpipe", "interleaved", "zero_bubble_h1"]
+           "one_f_one_b", "one_f_one_b_flush", "hetpipe", "interleaved", "zero_bubble_h1", "deepspeed"]
 
 FLUSH = "FLUSH"
 
@@ -179,3 +181,40 @@ def _successors(s, kind, mb, end, k, nm, n_mb, costs):
     if s > 0:
         return [(s - 1, (end + costs[s - 1][2], 0, mb))]
     return [(0, (end, 1, mb + nm))] if mb + nm < n_mb else []
+
+
+def deepspeed(req: OrderRequest) -> list[list[Action]]:
+    """DeepSpeed's PipelineEngine TrainSchedule (deepspeed.runtime.pipe.schedule, as Megatron-DeepSpeed
+    runs pipelines): 2(Nm + p - 1) lockstep steps per wave; on even steps even stages run a forward and
+    odd stages a backward, and the other way round on odd steps. A step first does its transfers, each a
+    blocking call paired with the neighbour's: a forward step receives its activation then sends the
+    previous step's input gradient back; a backward step sends the previous step's activation on, then
+    receives its output gradient. Transfers are therefore part of the order (explicit_p2p), and a
+    stage's activation leaves only at its next step."""
+    p = req.n_devices
+
+    def wave(d: int, first: int, count: int) -> list[Action]:
+        order, previous = [], None
+        for step in range(2 * (count + p - 1)):
+            mb, forward = _deepspeed_step(step, d, p)
+            valid = 0 <= mb < count
+            had = previous is not None
+            if forward:
+                order += [Action("RECV_F", first + mb)] if valid and d > 0 else []
+                order += [Action("SEND_B", first + previous)] if had and d > 0 else []
+            else:
+                order += [Action("SEND_F", first + previous)] if had and d < p - 1 else []
+                order += [Action("RECV_B", first + mb)] if valid and d < p - 1 else []
+            order += [Action("F" if forward else "B", first + mb)] if valid else []
+            previous = mb if valid else None
+        return order
+    return _waves(req, wave)
+
+
+def _deepspeed_step(step: int, d: int, p: int) -> tuple[int, bool]:
+    """(minibatch of the wave, forward?) that stage d of p works on at `step` (may be out of range)."""
+    if step % 2 == d % 2:
+        return step // 2 - d // 2, True
+    if step % 2 == 0:
+        return step // 2 - p + (d + 1) // 2, False
+    return (step - 1) // 2 - p + 1 + d // 2, False

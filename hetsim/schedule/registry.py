@@ -37,6 +37,9 @@ class ScheduleKind:
     needs_costs: bool = False       # the order is shaped by the stages' nominal costs (hetpipe)
     virtual_stages: bool = False    # a plan lists p x v stages, GPU of stage j = GPU of stage j mod p
     split_backward: bool = False    # backward runs as I (input gradient) then W (weight gradient)
+    # The order lists its own sends and receives (where the runtime puts them), and each transfer is a
+    # rendezvous: it starts once sender and receiver have both reached it, and holds both until done.
+    explicit_p2p: bool = False
 
 
 def _one_f_one_b_rule(k: int, s: int, nm: int, v: int) -> int:
@@ -75,6 +78,11 @@ REGISTRY: dict[str, ScheduleKind] = {kind.name: kind for kind in (
                  description="ZB-H1 zero bubble: backward split into input and weight gradients; flush",
                  orders=orders.zero_bubble_h1, sync_modes=("none", "bsp"), in_flight=_zero_bubble_rule,
                  split_backward=True),
+    ScheduleKind(name="1f1b-deepspeed",
+                 description="DeepSpeed's pipeline engine: lockstep 1F1B steps, each transfer a blocking "
+                             "rendezvous with the neighbour; flush",
+                 orders=orders.deepspeed, sync_modes=("none", "bsp"), in_flight=_one_f_one_b_rule,
+                 explicit_p2p=True),
 )}
 
 SCHEDULES = tuple(REGISTRY)

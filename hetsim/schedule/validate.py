@@ -2,7 +2,8 @@
 
 Checks: every minibatch forwarded and backwarded once per stage, in that order; every send has its
 receive on the neighbouring stage; and an abstract run (receives wait for their sends, a WSP pull
-waits for the pushes it needs) finishes without deadlock.
+waits for the pushes it needs; under a rendezvous schedule a send also waits for its receive)
+finishes without deadlock.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections import Counter
 
 from hetsim.errors import ScheduleError
 from hetsim.schedule.ir import Action, Schedule
+from hetsim.schedule.registry import REGISTRY
 from hetsim.wsp_clock import WaveClocks
 
 __all__ = ["validate_schedule", "format_grid"]
@@ -109,6 +111,8 @@ def _check_runs(schedule: Schedule, pull_offset: int | None) -> None:
     """Advance every stage as far as it can until all finish, or none can move (deadlock)."""
     pos = [0] * schedule.n_stages
     sent: set[tuple[int, Action]] = set()
+    kind = REGISTRY.get(schedule.name)
+    rendezvous = kind is not None and kind.explicit_p2p
     # WSP's clock rule (hetsim.wsp_clock) for one virtual worker with staleness bound 0.
     clocks = WaveClocks([schedule.n_stages], staleness_bound=0, pull_offset=pull_offset or 0)
     progress = True
@@ -118,6 +122,8 @@ def _check_runs(schedule: Schedule, pull_offset: int | None) -> None:
             while pos[s] < len(actions):
                 action = actions[pos[s]]
                 if not _runnable(schedule, s, action, sent, clocks if pull_offset is not None else None):
+                    break
+                if rendezvous and action.kind.startswith("SEND") and not _receiver_waits(schedule, pos, s, action):
                     break
                 if action.kind.startswith("SEND"):
                     sent.add((schedule.virtual_stage(s, action.chunk), Action(action.kind, action.index)))
@@ -129,6 +135,15 @@ def _check_runs(schedule: Schedule, pull_offset: int | None) -> None:
     if stuck:
         waits = ", ".join(f"stage {s} at {schedule.stages[s][p]}" for s, p in stuck.items())
         raise _fail(schedule, f"deadlock: {waits} can never proceed", stuck)
+
+
+def _receiver_waits(schedule: Schedule, pos: list[int], d: int, send: Action) -> bool:
+    """Under a rendezvous: is the neighbour standing at the receive this send pairs with? (Pipeline
+    schedules with one chunk per device, as the rendezvous ones are.)"""
+    peer = d + (1 if send.kind == "SEND_F" else -1)
+    want = Action("RECV_F" if send.kind == "SEND_F" else "RECV_B", send.index, send.chunk)
+    actions = schedule.stages[peer]
+    return pos[peer] < len(actions) and actions[pos[peer]] == want
 
 
 def _runnable(schedule: Schedule, d: int, action: Action, sent: set, clocks: WaveClocks | None) -> bool:

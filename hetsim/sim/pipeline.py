@@ -40,6 +40,7 @@ class Stage:
     update_s: float = 0.0              # optimizer step of this stage's weights
     bwd_weight_s: float = 0.0          # split backward (zero bubble): the W part of bwd_s; I runs the rest
     blocking_p2p: bool = False         # a send holds the stage until delivered (Plan.blocking_p2p)
+    rendezvous_p2p: bool = False       # a transfer starts once both sides reach it (registry explicit_p2p)
     # On the VW's first device (virtual stage 0's GPU): its sync waits are the VW's, every chunk's,
     # as executor.measure counts the first rank's.
     first_device: bool = False
@@ -116,7 +117,10 @@ def _backward_weight(world, rec, sync, stage: Stage, mb: int):
 
 def _send(world: World, rec: Recorder, stage: Stage, dst: str, nbytes: int, key: tuple):
     """Start the transfer. The stage goes on at once unless the send occupies it (World.send) or the
-    runtime's point-to-point calls are blocking (Megatron waits for each send to complete)."""
+    runtime's point-to-point calls are blocking (Megatron waits for each send to complete). Under a
+    rendezvous the transfer waits for its receiver, and the sender waits for the transfer."""
+    if stage.rendezvous_p2p:
+        return _rendezvous_send(world, rec, stage, dst, nbytes, key)
     sent, delivered = world.send(stage.gpu, dst, nbytes)
     delivered.callbacks.append(lambda _event: world.mailbox.put(key))
     if stage.blocking_p2p:
@@ -128,6 +132,17 @@ def _send(world: World, rec: Recorder, stage: Stage, dst: str, nbytes: int, key:
 
 def _until(event):
     yield event
+
+
+def _rendezvous_send(world: World, rec: Recorder, stage: Stage, dst: str, nbytes: int, key: tuple):
+    """The receiver's clear-to-send crosses the route back (one latency) before the data moves."""
+    yield from _waited(world, rec, stage, world.mailbox.take(("posted", *key)), f"wait recv {key[2]}{key[3]}")
+    latency = world.topology.route(dst, stage.gpu).latency_s
+    if latency:
+        yield from _waited(world, rec, stage, world.env.timeout(latency), f"clear to send {key[2]}{key[3]}")
+    _sent, delivered = world.send(stage.gpu, dst, nbytes)
+    delivered.callbacks.append(lambda _event: world.mailbox.put(key))
+    yield from _waited(world, rec, stage, delivered, f"send {key[2]}{key[3]}")
 
 
 def _waited(world: World, rec: Recorder, stage: Stage, event, name: str):
@@ -150,6 +165,8 @@ def _send_b(world, rec, sync, stage: Stage, mb: int):
 
 
 def _recv(world: World, rec: Recorder, stage: Stage, key: tuple):
+    if stage.rendezvous_p2p:
+        world.mailbox.put(("posted", *key))      # the sender may start the transfer now
     return _waited(world, rec, stage, world.mailbox.take(key), f"wait {key[2]}{key[3]}")
 
 

@@ -100,6 +100,16 @@ def test_zb_h1_split_backward_trains_like_one_process(n_vw, sync):
     assert want[-1] < want[0]
 
 
+@pytest.mark.parametrize("n_vw,sync", [(1, SyncSpec()), (2, SyncSpec(mode="bsp"))], ids=["none", "bsp"])
+def test_deepspeed_rendezvous_pipeline_trains_like_one_process(n_vw, sync):
+    """DeepSpeed's lockstep order with blocking, paired transfers (three stages: a middle one sends and
+    receives in both directions) runs without deadlock and computes plain training's losses."""
+    plan = mlp_plan([[0, 3, 6, 9]] * n_vw, nm=4, schedule="1f1b-deepspeed", sync=sync, batch=BATCH)
+    report = measured(plan, waves=3)
+    got = [loss for _, _, loss in sorted(report.training["losses"])]
+    assert got == pytest.approx(reference_wave_losses(3, 4, n_vw), abs=1e-5)
+
+
 def interleaved_plan(n_vw: int, sync: SyncSpec) -> Plan:
     """Per VW two ranks, four virtual stages: the first rank runs layers [0, 2) and [4, 6), the second
     [2, 4) and [6, 9)."""

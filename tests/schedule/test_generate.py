@@ -2,6 +2,7 @@ import pytest
 
 from hetsim.schedule import build_schedule, validate_schedule, warmup_forwards
 from hetsim.schedule.generate import greedy_orders
+from hetsim.errors import ScheduleError
 from hetsim.schedule.ir import Action, Schedule
 from hetsim.schedule.orders import OrderRequest, gpipe
 
@@ -127,3 +128,24 @@ def test_csv_round_trip_keeps_chunks():
     s = build_schedule("1f1b-interleaved", 2, 2, 2, "bsp", chunks=3)
     back = Schedule.from_csv(s.to_csv(), name=s.name, nm=s.nm)
     assert back == s
+
+
+def test_deepspeed_literal_table_follows_its_lockstep_steps():
+    """DeepSpeed's TrainSchedule, worked by hand for 2 stages and 2 minibatches: the first stage sends
+    an activation one step after computing it; the last returns a gradient one step after its backward,
+    together with receiving the next activation."""
+    s = build_schedule("1f1b-deepspeed", 2, 2, 1)
+    text = lambda d: " ".join(str(a) for a in s.stages[d])
+    assert text(0) == "F0 SEND_F0 F1 SEND_F1 RECV_B0 B0 RECV_B1 B1 STEP0"
+    assert text(1) == "RECV_F0 F0 B0 RECV_F1 SEND_B0 F1 B1 SEND_B1 STEP0"
+
+
+def test_a_rendezvous_check_finds_the_deadlock_eager_sends_hide():
+    """1F1B's order (a send right after its compute) deadlocks when every send waits for its receive;
+    DeepSpeed's order does not, for any depth."""
+    eager = build_schedule("1f1b-flush", 3, 4, 1)
+    as_rendezvous = Schedule(name="1f1b-deepspeed", nm=4, n_minibatches=4, stages=eager.stages)
+    with pytest.raises(ScheduleError, match="deadlock"):
+        validate_schedule(as_rendezvous)
+    for k in range(1, 7):
+        validate_schedule(build_schedule("1f1b-deepspeed", k, 5, 2, "bsp"))

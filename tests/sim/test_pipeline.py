@@ -152,3 +152,37 @@ def test_an_interleaved_vw_waits_for_the_all_reduce_of_every_chunk_on_its_first_
     assert report.virtual_workers[0].sync_wait_s > 0.01
     assert report.virtual_workers[0].sync_wait_s == pytest.approx(first["node0/gpu0"], rel=1e-9)
     assert report.virtual_workers[1].sync_wait_s == pytest.approx(first["node1/gpu0"], rel=1e-9)
+
+
+@pytest.mark.parametrize("m", [1, 4, 8])
+def test_deepspeed_lockstep_pipeline_with_free_links_takes_1f1b_time(m):
+    """DeepSpeed's TrainSchedule with instant transfers: (m + p - 1)(F + B) per iteration, as 1F1B."""
+    fwd, bwd = 0.010, 0.020
+    report = run(profile(K, fwd, bwd), cluster([K]), plan([[f"node0/gpu{i}" for i in range(K)]],
+                                                          list(range(K + 1)), nm=m, schedule="1f1b-deepspeed"), waves=6)
+    assert report.throughput["minibatches_per_s"] == pytest.approx(m / ((m + K - 1) * (fwd + bwd)), rel=1e-6)
+
+
+@pytest.mark.parametrize("m", [1, 3, 8])
+def test_deepspeed_two_stages_wait_out_each_transfer_in_turn(m):
+    """Two stages, each transfer X long and a rendezvous: the first stage sends an activation and then
+    receives a gradient, one after the other, every minibatch: (m + 1)(F + B) + 2 m X per iteration.
+    Eager sends would hide the transfers behind the other stage's compute."""
+    fwd, bwd, x = 0.010, 0.020, 0.004
+    c = cluster([2], intra_Bps=1e8)
+    p = profile(2, fwd, bwd, out_bytes=int(x * 1e8))
+    report = run(p, c, plan([["node0/gpu0", "node0/gpu1"]], [0, 1, 2], nm=m, schedule="1f1b-deepspeed"), waves=6)
+    iteration = (m + 1) * (fwd + bwd) + 2 * m * x
+    assert report.throughput["minibatches_per_s"] == pytest.approx(m / iteration, rel=1e-6)
+
+
+def test_deepspeed_middle_stages_add_four_transfers_per_minibatch():
+    """From p = 3 on, a middle stage makes four transfers a minibatch (activation in and out, gradient
+    in and out), so one more minibatch per wave adds F + B + 4X once the pipeline is full."""
+    fwd, bwd, x = 0.010, 0.020, 0.004
+    c = cluster([K], intra_Bps=1e8)
+    p = profile(K, fwd, bwd, out_bytes=int(x * 1e8))
+    gpus = [[f"node0/gpu{i}" for i in range(K)]]
+    iteration = {m: m / run(p, c, plan(gpus, list(range(K + 1)), nm=m, schedule="1f1b-deepspeed"),
+                            waves=6).throughput["minibatches_per_s"] for m in (8, 9)}
+    assert iteration[9] - iteration[8] == pytest.approx(fwd + bwd + 4 * x, rel=1e-6)
