@@ -16,8 +16,11 @@ per-update staleness: the pipeline's own (local, in minibatches) plus, under WSP
 workers' updates missing from the pulled weights (global staleness in waves x updates per wave x other
 VWs). V counts the VWs of a WSP or SDPipe plan (1 otherwise): each keeps its own momentum while their
 updates add up in the shared weights, and asynchrony itself acts as extra momentum (Mitliagkas et al.
-2016, "Asynchrony begets momentum"), which costs steps beyond staleness. SDPipe's weight averaging is
-counted by its local staleness and V only (an approximation).
+2016, "Asynchrony begets momentum"), which costs steps beyond staleness. VWs of unequal pace count in
+units of the fastest: V = sum of their paces / the fastest pace (a VW half as fast interleaves half as
+many updates with the others'), each pace the inverse of its busiest GPU's busy fraction, since the
+VWs of a WSP run advance at one long-run rate. SDPipe's weight averaging is counted by its local
+staleness and V only (an approximation).
 
 The constants are data, per model and task (gpu_profiles/convergence.yaml), fitted once from executor
 runs (experiments/time_to_accuracy/fit.py); time to target = samples / the simulated samples per second.
@@ -35,7 +38,7 @@ from hetsim.errors import HetsimError, SpecError
 from hetsim.plan import ASYNC_SCHEDULES
 
 __all__ = ["TargetFit", "ConvergenceModel", "Dynamics", "TimeToTarget", "Observation", "load_convergence",
-           "dynamics_of", "samples_to_target", "time_to_target", "crossing", "fit_target",
+           "dynamics_of", "vw_busy", "samples_to_target", "time_to_target", "crossing", "fit_target",
            "rank_by_time", "format_time_to_accuracy", "attach_time_to_accuracy", "rank_plans"]
 
 _FILE = "convergence.yaml"
@@ -86,7 +89,8 @@ class Dynamics:
     update_batch: int
     staleness: float
     mode: str                          # bsp, wsp, sdpipe, or async / sync (one VW, by its schedule)
-    async_vws: int = 1                 # VWs updating shared weights without waiting for each other
+    async_vws: float = 1.0             # VWs updating shared weights without waiting for each other,
+                                       # in units of the fastest one's pace
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -141,8 +145,9 @@ def _entry(f) -> ConvergenceModel:
 
 
 # the model ---------------------------------------------------------------------------------------
-def dynamics_of(plan: dict, staleness: dict) -> Dynamics:
-    """Update batch and effective staleness of a plan (a report's `plan`) from a report's `staleness`."""
+def dynamics_of(plan: dict, staleness: dict, busy: dict[str, float] | None = None) -> Dynamics:
+    """Update batch and effective staleness of a plan (a report's `plan`) from a report's `staleness`;
+    `busy` (VW name -> its busiest GPU's busy fraction, `vw_busy`) weighs asynchronous VWs by pace."""
     n_vw, nm, batch = len(plan["virtual_workers"]), plan["nm"], plan["minibatch_size"]
     per_minibatch = plan["schedule"] in ASYNC_SCHEDULES
     mode = plan["sync"]["mode"]
@@ -152,13 +157,25 @@ def dynamics_of(plan: dict, staleness: dict) -> Dynamics:
     if mode == "wsp" and staleness.get("global", {}).get("mean") is not None:
         # Pulled weights lack the other VWs' updates of the last `global` waves.
         stale += staleness["global"]["mean"] * (nm if per_minibatch else 1) * (n_vw - 1)
-    async_vws = n_vw if mode in ("wsp", "sdpipe") else 1
+    async_vws = float(n_vw) if mode in ("wsp", "sdpipe") else 1.0
+    if async_vws > 1 and busy and all(busy.get(vw["name"], 0) > 0 for vw in plan["virtual_workers"]):
+        paces = [1.0 / busy[vw["name"]] for vw in plan["virtual_workers"]]
+        async_vws = sum(paces) / max(paces)
     if mode == "none":
         mode = "async" if per_minibatch else "sync"
     return Dynamics(update_batch=update_batch, staleness=stale, mode=mode, async_vws=async_vws)
 
 
-def samples_to_target(fit: TargetFit, update_batch: float, staleness: float, async_vws: int = 1) -> float:
+def vw_busy(gpus) -> dict[str, float]:
+    """VW name -> the busy fraction of its busiest GPU, from a report's `gpus` (objects or dicts)."""
+    out: dict[str, float] = {}
+    for g in gpus:
+        vw, frac = (g["vw"], g["busy_fraction"]) if isinstance(g, dict) else (g.vw, g.busy_fraction)
+        out[vw] = max(out.get(vw, 0.0), frac)
+    return out
+
+
+def samples_to_target(fit: TargetFit, update_batch: float, staleness: float, async_vws: float = 1.0) -> float:
     """Samples (over every VW) to reach fit.loss: the module docstring's formula."""
     batch_factor = 1.0 if fit.noise_batch is None else 1.0 + update_batch / fit.noise_batch
     return (fit.samples_min * batch_factor * (1.0 + fit.staleness_cost * staleness)
@@ -170,7 +187,7 @@ def time_to_target(model: ConvergenceModel, report, target: float | None = None,
     """Predicted time to `target` (default: the entry's) of a report: samples from the model at the
     report's update batch and staleness, over its samples per second (or `samples_per_s`)."""
     fit = model.at(target)
-    dyn = dynamics_of(report.plan, report.staleness)
+    dyn = dynamics_of(report.plan, report.staleness, vw_busy(report.gpus))
     rate = report.throughput["samples_per_s"] if samples_per_s is None else samples_per_s
     if not rate > 0:
         raise HetsimError(f"time to accuracy: plan {report.plan['name']} has no throughput ({rate} samples/s)")
@@ -215,7 +232,7 @@ class Observation:
     update_batch: float
     staleness: float
     samples: float
-    async_vws: int = 1
+    async_vws: float = 1.0
 
 
 # The free constants besides samples_min, each searched on a log grid (0 is tried too, and None for

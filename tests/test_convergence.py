@@ -11,7 +11,7 @@ import hetsim
 from conftest import TINY_CLUSTER_YAML
 from hetsim.cluster import Cluster, GpuSlot, LinkSpec, Node
 from hetsim.convergence import (ConvergenceModel, Observation, TargetFit, crossing, dynamics_of, fit_target,
-                                load_convergence, rank_by_time, samples_to_target, time_to_target)
+                                load_convergence, rank_by_time, samples_to_target, time_to_target, vw_busy)
 from hetsim.errors import HetsimError, SpecError
 from hetsim.gpu import GIB, GpuType
 from hetsim.plan import Plan, StageSpec, SyncSpec, VirtualWorker
@@ -53,6 +53,20 @@ def test_dynamics_of_a_plan(plan, staleness, update_batch, effective, mode, asyn
     d = dynamics_of(plan, staleness)
     assert (d.update_batch, d.mode, d.async_vws) == (update_batch, mode, async_vws)
     assert d.staleness == pytest.approx(effective)
+
+
+def test_asynchronous_vws_count_in_units_of_the_fastest_pace():
+    """Two WSP VWs, the second half as fast (its busiest GPU twice as busy at the common rate): 1.5 VWs;
+    level VWs count whole; a VW count without busy figures stays the plan's."""
+    plan = {**_plan_doc(2, 2, "1f1b", "wsp"), "virtual_workers": [{"name": "vw0"}, {"name": "vw1"}]}
+    gpus = [{"vw": "vw0", "busy_fraction": 0.2}, {"vw": "vw0", "busy_fraction": 0.4},
+            {"vw": "vw1", "busy_fraction": 0.8}, {"vw": "vw1", "busy_fraction": 0.5}]
+    assert vw_busy(gpus) == {"vw0": 0.4, "vw1": 0.8}
+    assert dynamics_of(plan, _staleness(0.5, 0.0), vw_busy(gpus)).async_vws == pytest.approx(1.5)
+    assert dynamics_of(plan, _staleness(0.5, 0.0), {"vw0": 0.7, "vw1": 0.7}).async_vws == pytest.approx(2.0)
+    assert dynamics_of(plan, _staleness(0.5, 0.0)).async_vws == 2.0
+    bsp = {**_plan_doc(2, 2, "1f1b-flush", "bsp"), "virtual_workers": plan["virtual_workers"]}
+    assert dynamics_of(bsp, _staleness(0.0), vw_busy(gpus)).async_vws == 1.0     # synchronous: no asynchrony
 
 
 def test_fit_recovers_known_constants_from_synthetic_runs():

@@ -33,9 +33,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from fit import FIT_ON, MODEL, MODEL_KWARGS, RUNS, TARGETS, fit_entry, write_entry, write_fit_report  # noqa: E402
+from fit import FIT_ON, MODEL, MODEL_KWARGS, RUNS, SEEDS, TARGETS, dynamics, fit_entry, write_entry, write_fit_report  # noqa: E402
 
-from hetsim.convergence import crossing, dynamics_of, samples_to_target  # noqa: E402
+from hetsim.convergence import crossing, samples_to_target, vw_busy  # noqa: E402
 from hetsim.plan import Plan, StageSpec, SyncSpec, VirtualWorker  # noqa: E402
 
 BATCH, CUTS = 128, (0, 3, 7)       # the mlp's 7 layers cut into halves of ~1.05 M weights each
@@ -76,47 +76,59 @@ def cases() -> list[Case]:
     ]
 
 
-def measure(case: Case, waves: int) -> dict:
-    """One plan validated on the teacher task: the measured curve and staleness, the predicted rate
-    and staleness."""
+def measure(case: Case, waves: int, seed: int) -> dict:
+    """One plan validated on the teacher task with one seed (the task's teacher, the data and the
+    initial weights): the measured curve and staleness, the predicted rate and staleness."""
     from executor.validate import validate_plan
     prediction, measurement = validate_plan(case.plan, model_kwargs=MODEL_KWARGS, waves=waves,
-                                            slowdown=case.slowdown, data="teacher")
-    return {"name": case.plan.name, "plan": case.plan.to_dict(), "waves": waves,
+                                            slowdown=case.slowdown, data="teacher", seed=seed)
+    return {"name": case.plan.name, "seed": seed, "plan": case.plan.to_dict(), "waves": waves,
             "slowdown": case.slowdown, "cluster": prediction.cluster,
             "cores_after": measurement.training.get("cores_available", {}).get("after"),
             "measured": {"samples_per_s": measurement.throughput["samples_per_s"],
-                         "staleness": measurement.staleness, "curve": [list(x) for x in measurement.losses]},
+                         "staleness": measurement.staleness, "busy": vw_busy(measurement.gpus),
+                         "curve": [list(x) for x in measurement.losses]},
             "predicted": {"samples_per_s": prediction.throughput["samples_per_s"],
-                          "staleness": prediction.staleness}}
+                          "staleness": prediction.staleness, "busy": vw_busy(prediction.gpus)}}
 
 
 def compare(runs: list[dict], entry) -> list[dict]:
-    """Per plan and target: predicted and measured minibatches and seconds from the first loss."""
+    """Per plan and target, over the plan's seeds: the median predicted and measured minibatches and
+    seconds. Both clocks start at the loss that completes the first moving mean (entry.smoothing losses
+    in): the one-off set-up of the first steps (~0.2 s on this host: the first backward and update
+    allocate their state), which nothing simulates, lies before it."""
     rows = []
-    for run in runs:
-        curve = run["measured"]["curve"]
-        pred = dynamics_of(run["plan"], run["predicted"]["staleness"])
-        meas = dynamics_of(run["plan"], run["measured"]["staleness"])
+    start = entry.smoothing
+    for name in dict.fromkeys(r["name"] for r in runs):
+        seeds = [r for r in runs if r["name"] == name]
+        pred = dynamics(seeds[0], "predicted")
+        rate_pred = statistics.median(r["predicted"]["samples_per_s"] for r in seeds)
+        rate_meas = statistics.median(r["measured"]["samples_per_s"] for r in seeds)
+        both = [(dynamics(r, "predicted"), dynamics(r, "measured")) for r in seeds]
+        staleness = [(p.staleness, m.staleness) for p, m in both]
         for fit in entry.targets:
-            hit = crossing(curve, fit.loss, entry.smoothing)
-            samples = samples_to_target(fit, pred.update_batch, pred.staleness, pred.async_vws)
-            # Minibatches after the first loss, at the simulated rate.
-            predicted_s = (samples - BATCH) / run["predicted"]["samples_per_s"]
-            row = {"plan": run["name"], "role": "fit" if run["name"] in FIT_ON else "held back", "target": fit.loss,
-                   "update_batch": pred.update_batch,
-                   "staleness pred/meas": f"{pred.staleness:.2f}/{meas.staleness:.2f}",
-                   "samples_s pred/meas": (f"{run['predicted']['samples_per_s']:.0f}/"
-                                           f"{run['measured']['samples_per_s']:.0f}"),
-                   "minibatches_pred": round(samples / BATCH, 1), "minibatches_meas": hit[0] if hit else None,
+            hits = [(crossing(r["measured"]["curve"], fit.loss, entry.smoothing), r) for r in seeds]
+            reached = [(h, r) for h, r in hits if h is not None]
+            samples = statistics.median(
+                samples_to_target(fit, p.update_batch, p.staleness, p.async_vws) for p, _ in both)
+            predicted_s = statistics.median(
+                (samples - start * BATCH) / r["predicted"]["samples_per_s"] for r in seeds)
+            measured_mb = statistics.median(h[0] for h, _ in reached) if len(reached) == len(seeds) else None
+            measured_s = (statistics.median(h[1] - r["measured"]["curve"][start - 1][2] for h, r in reached)
+                          if measured_mb is not None else None)
+            row = {"plan": name, "role": "fit" if name in FIT_ON else "held back", "target": fit.loss,
+                   "seeds": len(seeds), "update_batch": pred.update_batch,
+                   "staleness pred/meas": (f"{statistics.median(p for p, _ in staleness):.2f}/"
+                                           f"{statistics.median(m for _, m in staleness):.2f}"),
+                   "samples_s pred/meas": f"{rate_pred:.0f}/{rate_meas:.0f}",
+                   "minibatches_pred": round(samples / BATCH, 1), "minibatches_meas": measured_mb,
                    "seconds_pred": round(predicted_s, 2),
-                   "seconds_meas": round(hit[1] - curve[0][2], 2) if hit else None}
-            row["error_pct"] = (round(100 * (row["seconds_pred"] - row["seconds_meas"]) / row["seconds_meas"], 1)
-                                if hit else None)
+                   "seconds_meas": None if measured_s is None else round(measured_s, 2)}
+            hit = measured_s is not None
+            row["error_pct"] = round(100 * (predicted_s - measured_s) / measured_s, 1) if hit else None
             # The two sources of the error: the steps (hetsim.convergence) and the rate (the simulator).
-            row["steps_error_pct"] = round(100 * (samples / BATCH - hit[0]) / hit[0], 1) if hit else None
-            row["rate_error_pct"] = round(100 * (run["predicted"]["samples_per_s"] / run["measured"]["samples_per_s"]
-                                                 - 1), 1)
+            row["steps_error_pct"] = round(100 * (samples / BATCH - measured_mb) / measured_mb, 1) if hit else None
+            row["rate_error_pct"] = round(100 * (rate_pred / rate_meas - 1), 1)
             rows.append(row)
     return rows
 
@@ -151,21 +163,26 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="3 plans, to check the pipeline")
     p.add_argument("--compare", action="store_true", help="no runs: fit and compare results/runs.json")
+    p.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS), metavar="SEED",
+                   help=f"run every plan with each of these seeds (default {' '.join(map(str, SEEDS))})")
     p.add_argument("--only", nargs="+", default=None, metavar="PLAN",
-                   help="run only these plans; the other plans' runs in results/runs.json are kept")
+                   help="run only these plans; the other plans' (and seeds') runs in results/runs.json are kept")
     args = p.parse_args(argv)
     chosen = [c for c in cases() if (not args.quick or c.quick) and (not args.only or c.plan.name in args.only)]
     started = time.time()
     if not args.compare:
         runs = []
-        for case in chosen:
-            t0 = time.time()
-            runs.append(measure(case, case.waves))
-            print(f"{case.plan.name}: {len(runs[-1]['measured']['curve'])} losses, {time.time() - t0:.0f} s",
-                  flush=True)
-        if args.only and RUNS.exists():       # the other plans' runs stay
-            kept = [r for r in json.loads(RUNS.read_text())["runs"] if r["name"] not in {x["name"] for x in runs}]
-            runs = sorted(kept + runs, key=lambda r: [c.plan.name for c in cases()].index(r["name"]))
+        for seed in args.seeds:
+            for case in chosen:
+                t0 = time.time()
+                runs.append(measure(case, case.waves, seed))
+                print(f"{case.plan.name} seed {seed}: {len(runs[-1]['measured']['curve'])} losses, "
+                      f"{time.time() - t0:.0f} s", flush=True)
+        if (args.only or args.seeds != list(SEEDS)) and RUNS.exists():   # the other (plan, seed) runs stay
+            done = {(x["name"], x["seed"]) for x in runs}
+            runs = [r for r in json.loads(RUNS.read_text())["runs"] if (r["name"], r.get("seed", 0)) not in done] + runs
+        order = [c.plan.name for c in cases()]
+        runs.sort(key=lambda r: (order.index(r["name"]), r.get("seed", 0)))
         RUNS.parent.mkdir(parents=True, exist_ok=True)
         RUNS.write_text(json.dumps({"host": platform.node(), "runs": runs}) + "\n")
     runs = json.loads(RUNS.read_text())["runs"]
@@ -174,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     write_fit_report(runs, entry)
     header = (f"# Time to accuracy: predicted vs measured ({MODEL} {MODEL_KWARGS}, minibatch {BATCH}, teacher task, "
               f"targets {', '.join(f'{t:g}' for t in TARGETS)}; moving mean of {entry.smoothing} losses)\n\n"
-              f"Fitted on: {', '.join(r['name'] for r in runs if r['name'] in FIT_ON)}; "
+              f"Fitted on: {', '.join(dict.fromkeys(r['name'] for r in runs if r['name'] in FIT_ON))} "
+              f"(seeds {', '.join(map(str, sorted({r.get('seed', 0) for r in runs})))}); "
               f"`python experiments/time_to_accuracy/run.py{' --quick' if args.quick else ''}"
               f"{' --compare' if args.compare else ''}`, {time.time() - started:.0f} s")
     median = write_table(compare(runs, entry), HERE / "results" / "time_to_accuracy", header)
