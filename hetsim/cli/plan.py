@@ -11,6 +11,7 @@ from hetsim.errors import HetsimError
 from hetsim.memory import GIB
 from hetsim.report_sections import staleness_bounds
 from hetsim.plan import ASYNC_SCHEDULES, SCHEDULES
+from hetsim.planner.search import SIM_MAX_GPUS
 
 __all__ = ["add_arguments", "run", "format_ranking", "POLICY_LEGEND"]
 
@@ -47,7 +48,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="plan for a GPU, or every GPU of a node, running slower: node2/gpu1=1.5 or node2=1.5 "
                    "(repeatable)")
     p.add_argument("--top", type=whole(1), default=5, metavar="K",
-                   help="simulate the K best estimates (and any within --margin of the best; default 5)")
+                   help="simulate the K best estimates (and any within --margin of the best; default 5); "
+                   f"on clusters of up to {SIM_MAX_GPUS} GPUs only: larger ones are ranked by the closed-form estimate")
     p.add_argument("--margin", type=real(0, 1), default=0.1,
                    help="also simulate estimates within this fraction of the best (default 0.1)")
     p.add_argument("--waves", type=whole(1), default=12, help="waves per simulation (default 12)")

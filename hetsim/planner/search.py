@@ -35,9 +35,13 @@ from hetsim.profile import ModelProfile
 from hetsim.schedule.registry import schedule_kind
 from hetsim.topology import Topology
 
-__all__ = ["SearchSpace", "Candidate", "SearchResult", "search_plans", "POLICY_CHOICES"]
+__all__ = ["SearchSpace", "Candidate", "SearchResult", "search_plans", "POLICY_CHOICES", "SIM_MAX_GPUS"]
 
 POLICY_CHOICES = ("NP", "ED", "HD", "auto", "horovod")
+
+
+# Clusters above this many GPUs are ranked by the closed-form estimate alone (SearchSpace.sim_max_gpus).
+SIM_MAX_GPUS = 32
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,7 +74,7 @@ class SearchSpace:
     # takes tens of seconds).
     exhaustive: bool = False
     bound_slack: float = 0.03              # how far a simulation may beat the bound (jitter, finite window)
-    sim_max_gpus: int = 32
+    sim_max_gpus: int = SIM_MAX_GPUS
     keep: int = 20                         # plans built and checked beyond the simulated ones, best first
 
     def __post_init__(self):
