@@ -11,6 +11,7 @@ from hetsim.errors import HetsimError
 from hetsim.memory import GIB
 from hetsim.report_sections import staleness_bounds
 from hetsim.plan import ASYNC_SCHEDULES, SCHEDULES
+from hetsim.schedule.registry import schedule_kind
 from hetsim.planner.search import SIM_MAX_GPUS
 
 __all__ = ["add_arguments", "run", "format_ranking", "POLICY_LEGEND"]
@@ -105,6 +106,10 @@ def _schedule(args: argparse.Namespace) -> str:
         return "1f1b-flush" if args.sync == "bsp" else "hetpipe"
     if args.sync == "bsp" and args.schedule in ASYNC_SCHEDULES:
         raise HetsimError(f"--sync bsp: needs a flush schedule (--schedule gpipe or 1f1b-flush), not {args.schedule}")
+    modes = schedule_kind(args.schedule).sync_modes
+    if args.sync not in modes:
+        usable = [m for m in modes if m != "none"]
+        raise HetsimError(f"--schedule {args.schedule}: runs with --sync {' or '.join(usable)}, not --sync {args.sync}")
     return args.schedule
 
 
