@@ -39,6 +39,7 @@ from hetsim.convergence import crossing, samples_to_target, vw_busy  # noqa: E40
 from hetsim.plan import Plan, StageSpec, SyncSpec, VirtualWorker  # noqa: E402
 
 BATCH, CUTS = 128, (0, 3, 7)       # the mlp's 7 layers cut into halves of ~1.05 M weights each
+PROFILE_REPEATS = 15               # passes per profile around a run, as the CPU validation suite takes
 MEDIAN_TOL = 10.0
 
 
@@ -81,7 +82,8 @@ def measure(case: Case, waves: int, seed: int) -> dict:
     initial weights): the measured curve and staleness, the predicted rate and staleness."""
     from executor.validate import validate_plan
     prediction, measurement = validate_plan(case.plan, model_kwargs=MODEL_KWARGS, waves=waves,
-                                            slowdown=case.slowdown, data="teacher", seed=seed)
+                                            slowdown=case.slowdown, data="teacher", seed=seed,
+                                            profile_repeats=PROFILE_REPEATS)
     return {"name": case.plan.name, "seed": seed, "plan": case.plan.to_dict(), "waves": waves,
             "slowdown": case.slowdown, "cluster": prediction.cluster,
             "cores_after": measurement.training.get("cores_available", {}).get("after"),
