@@ -3,11 +3,14 @@
 A layer pass (forward or backward) that does F FLOPs and moves B bytes takes, on a device with peak
 rate P and memory bandwidth W,
 
-    t = max(F / (P x e_compute), B / (W x e_memory)) + overhead_s
+    t = max(max(F / (P x e_compute), B / (W x e_memory)) + overhead_s, floor_s)
 
 with e (achieved / peak) looked up by layer kind and pass, most specific first:
 "compute.Conv2d.bwd", "compute.Conv2d", "compute" (same for "memory"); "overhead_s" (per-layer fixed
-cost: kernel launches, Python dispatch) likewise. Factors come from a device type's `efficiency`
+cost: kernel launches, Python dispatch) likewise. "floor_s.<Kind>[.<pass>]" (no generic key, 0 where
+absent) is the least a pass takes however little work it holds: the host issues the pass's kernels
+(Python, framework, launch calls) no faster than that, and a small enough pass waits on the host
+rather than the GPU. It matters for tensor-parallel ranks at small micro-batches. Factors come from a device type's `efficiency`
 mapping in gpu_profiles/gpus/*.yaml, else gpu_profiles/efficiency.yaml (`gpus: {type: {...}}`, then
 `default` and `kernel_classes.factors`). `calibrate` fits them to a measured profile, per layer kind and pass.
 Counts (F, B) come from modelzoo.counting, on the meta device; this module imports no torch.
@@ -148,7 +151,8 @@ def load_efficiencies(gpus: dict[str, GpuType], path: str | Path | None = None) 
 def pass_time_s(cost: LayerCost, pass_: str, gpu: GpuType, eff: Efficiency, precision: str = "fp32") -> float:
     """Roofline seconds of one pass of one layer (module docstring): one roofline per part, summed."""
     busy = sum(_roofline_s(part, pass_, gpu, eff, precision) for part in (cost.parts or (cost,)))
-    return busy + eff.get("overhead_s", cost.kind, pass_)
+    floor = eff.find("floor_s", cost.kind, pass_, generic=False) or 0.0
+    return max(busy + eff.get("overhead_s", cost.kind, pass_), floor)
 
 
 def _roofline_s(cost: LayerCost, pass_: str, gpu: GpuType, eff: Efficiency, precision: str) -> float:

@@ -26,13 +26,13 @@ from hetsim.plan import Plan, StageSpec, SyncSpec, VirtualWorker
 from hetsim.profile import ModelProfile, tp_key
 from hetsim.transformer import TransformerShape, transformer_layers
 
-__all__ = ["SailorRun", "Imported", "GPU_TYPES", "read_plan", "read_shape", "to_cluster", "to_profile", "to_plan",
+__all__ = ["SailorRun", "Imported", "GPU_TYPES", "NVLINK_TYPES", "read_plan", "read_shape", "to_cluster", "to_profile", "to_plan",
            "import_run"]
 
 # Sailor's GPU names -> hetsim's GPU files. Sailor's "RTX-2080" has 11 GiB: an RTX 2080 Ti.
 GPU_TYPES = {"GH-96": "gh200", "A100-40": "a100", "A100-80": "a100-80", "V100-16": "v100",
              "Titan-RTX": "titan-rtx", "RTX-2080": "rtx-2080-ti", "RTX-3090": "rtx-3090"}
-_NVLINK = {"GH-96", "A100-40", "A100-80", "V100-16"}
+NVLINK_TYPES = {"GH-96", "A100-40", "A100-80", "V100-16"}   # their GPUs in a node share NVLink
 _OPTIMIZERS = {"adam": "adam", "adamw": "adamw", "sgd": "sgd"}
 
 
@@ -231,7 +231,7 @@ def to_cluster(run: SailorRun, data: Path, zone: str = "us-central1-a") -> dict:
         single = _plateau(inter, gtype, "1", zone, gtype, "1")
         rails = count > 1 and single is not None and nic >= 0.9 * count * single
         node = {"name": _node_name(i), "gpus": [{"type": _hetsim_type(gtype), "count": count}],
-                "intra_link": {"kind": "nvlink" if gtype in _NVLINK else "pcie",
+                "intra_link": {"kind": "nvlink" if gtype in NVLINK_TYPES else "pcie",
                                "bandwidth_GBps": round(fabric / 1e9, 4)},
                 "network": {"kind": "ethernet", "bandwidth_GBps": round((single if rails else nic) / 1e9, 4)}}
         if rails:

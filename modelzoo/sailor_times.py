@@ -11,7 +11,7 @@ from hetsim.profile import tp_key
 from modelzoo.counting import count_model
 from modelzoo.kernel_classes import split_by_kernel_class
 
-__all__ = ["derived_times"]
+__all__ = ["derived_times", "tp_share"]
 
 
 def derived_times(profile, shape, cluster: dict, precision: str, tp_degrees: set[int] = frozenset({1})):
@@ -33,7 +33,7 @@ def derived_times(profile, shape, cluster: dict, precision: str, tp_degrees: set
     costs, effs = [*split[:1 + shape.n_layer], *tail], load_efficiencies(gpus)
     out = derive_profile(profile, costs, chosen, effs, precision=precision)
     for t in sorted(tp_degrees - {1}):
-        shard = derive_profile(profile, [_tp_share(c, t) for c in costs], chosen, effs, precision=precision)
+        shard = derive_profile(profile, [tp_share(c, t) for c in costs], chosen, effs, precision=precision)
         layers = [replace(l, fwd_s={**l.fwd_s, **{tp_key(g.name, t): d.fwd_s[g.name] for g in chosen}},
                           bwd_s={**l.bwd_s, **{tp_key(g.name, t): d.bwd_s[g.name] for g in chosen}})
                   for l, d in zip(out.layers, shard.layers)]
@@ -41,7 +41,7 @@ def derived_times(profile, shape, cluster: dict, precision: str, tp_degrees: set
     return replace(out, tp_times_include_allreduce=False)
 
 
-def _tp_share(cost, t: int):
+def tp_share(cost, t: int):
     """One TP rank's share of a layer's work: norms whole, everything else 1/t."""
     def part(c):
         if kernel_class(c.kind) == "norm":

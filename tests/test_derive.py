@@ -31,6 +31,18 @@ def test_roofline_takes_the_slower_of_compute_and_memory_plus_overhead():
     assert pass_time_s(conv, "bwd", gpu, eff) == pytest.approx(max(2e10 / 1e13, 1e9 / 2.5e11) + 1e-6)
 
 
+def test_a_pass_takes_at_least_its_host_floor_and_a_floor_never_slows_a_pass_above_it():
+    gpu = gpu_type()
+    eff = Efficiency(factors={"compute": 0.5, "memory": 0.5, "overhead_s": 1e-5, "floor_s.Block.fwd": 2e-3,
+                              "floor_s": 1.0})                   # a bare key is no floor: it would name no kind
+    small = LayerCost(kind="Block", flops_fwd=1e9, flops_bwd=2e9, bytes_fwd=1e6, bytes_bwd=2e6)
+    big = replace(small, flops_fwd=1e11)
+    assert pass_time_s(small, "fwd", gpu, eff) == 2e-3                          # 0.21 ms of work: floored
+    assert pass_time_s(big, "fwd", gpu, eff) == pytest.approx(1e11 / 5e12 + 1e-5)  # 20 ms: above it
+    assert pass_time_s(small, "bwd", gpu, eff) == pytest.approx(2e9 / 5e12 + 1e-5)  # no bwd floor given
+    assert pass_time_s(replace(small, kind="Linear"), "fwd", gpu, eff) == pytest.approx(1e9 / 5e12 + 1e-5)
+
+
 def test_efficiency_lookup_goes_from_specific_to_general_then_to_the_base():
     base = Efficiency(factors={"compute": 0.5, "compute.Linear": 0.7})
     eff = Efficiency(factors={"compute.Linear.bwd": 0.9}, base=base)
@@ -173,3 +185,26 @@ def test_kernel_class_factors_are_fit_a_and_predict_held_back_gpu_types_within_t
     assert {g for g, _ in held_back} == {"v100", "rtx-3090", "rtx-2080-ti", "a100-80"}
     assert all(abs(v - 1) <= script.TOLERANCE for v in held_back.values()), held_back
     assert all(abs(v - 1) <= script.GOAL[g] for (g, _), v in ratios.items() if g in script.GOAL)
+
+
+TP_FLOORS = SAILOR_SCRIPT.with_name("tp_floors.py")
+
+
+def tp_floors():
+    spec = importlib.util.spec_from_file_location("tp_floors", TP_FLOORS)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_host_floors_are_the_shipped_fit_and_fitted_on_tp_up_to_2_they_predict_gh200_tp4_blocks():
+    script = tp_floors()
+    rows = script.entries(script.default_data())
+    shipped = yaml.safe_load((data_root() / "efficiency.yaml").read_text())["gpus"]
+    fitted = script.fit(rows)
+    assert set(fitted) == {"gh200", "a100", "a100-80", "v100"}             # NVLink types only
+    assert all({k: v for k, v in shipped[g].items() if k.startswith("floor_s.")} == f for g, f in fitted.items())
+    held_back = [r for r in rows if r["gpu"] == "gh200" and r["tp"] == 4 and r["mbs"] <= 2]
+    without, with_floor = script.errors(held_back, {}), script.errors(held_back, script.fit(rows, max_tp=2))
+    assert len(held_back) == 2 and all(e < -0.2 for e in without)            # 25-50 % fast with no floor
+    assert all(abs(e) < 0.10 for e in with_floor), with_floor
