@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from hetsim.cluster import host_of
 from hetsim.planner.hetero import VwPartition
+from hetsim.schedule.registry import schedule_kind
 from hetsim.topology import Topology
 
 __all__ = ["Estimate", "PsRoutes", "vw_rate", "rate_bound", "wsp_estimate", "bsp_estimate", "link_loads", "pull_s",
@@ -190,9 +191,12 @@ def plan_partitions(plan, cluster, profile) -> list[VwPartition]:
     """Each virtual worker of a written plan as the estimator sees it, tensor-parallel stages
     included: a TP stage's compute is its TP time plus its activation all-reduces (a ring over the
     node's links, when the times leave them out). Transfers in and out count in full against each
-    stage, as when point-to-point calls block (a stage with blocking_p2p waits out its sends)."""
+    stage, as when point-to-point calls block (a stage with blocking_p2p waits out its sends); under a
+    schedule of rendezvous transfers (DeepSpeed's: each holds sender and receiver until delivered)
+    both directions count, an activation and a gradient across each of the stage's boundaries."""
     from hetsim.feasibility import plan_memory
     from hetsim.planner.hetero import VwPartition
+    per_boundary = 2 if schedule_kind(plan.schedule).explicit_p2p else 1
     profile = profile.scaled_to_batch(plan.minibatch_size)
     topology = Topology(cluster)
     memory = plan_memory(plan, cluster, profile)
@@ -213,8 +217,8 @@ def plan_partitions(plan, cluster, profile) -> list[VwPartition]:
                 transfer.append(topology.route(stage.gpu, nxt).latency_s
                                 + nbytes[-1] / topology.bottleneck_Bps(stage.gpu, nxt))
         k = len(vw.stages)
-        stage_s = tuple(compute[s] + (transfer[s - 1] if s else 0.0) + (transfer[s] if s + 1 < k else 0.0)
-                        for s in range(k))
+        stage_s = tuple(compute[s] + per_boundary * ((transfer[s - 1] if s else 0.0)
+                                                     + (transfer[s] if s + 1 < k else 0.0)) for s in range(k))
         parts.append(VwPartition(gpus=tuple(s.gpu for s in vw.stages),
                                  boundaries=(0, *(s.layers[1] for s in vw.stages)), compute_s=tuple(compute),
                                  transfer_s=tuple(transfer), transfer_bytes=tuple(nbytes),

@@ -79,3 +79,34 @@ def test_bsp_pipelines_cost_a_flush_wave_plus_the_all_reduce_left_after_the_back
         assert abs(estimate - simulated) <= 0.08 * simulated, c.policy
         wsp = wsp_estimate(parts, c.nm, topology).minibatches_per_s
         assert abs(estimate - simulated) < abs(wsp - simulated) / 3
+
+
+def _deepspeed_iteration_s(stages: int, m: int, x: float, fwd: float = 0.010, bwd: float = 0.020) -> tuple[float, float]:
+    """(estimated, simulated) seconds per iteration of one DeepSpeed pipeline, transfers X long."""
+    import hetsim
+    from conftest import plan, profile
+    from hetsim.planner.estimate import bsp_estimate, plan_partitions
+    c = cluster([stages], intra_Bps=1e8)
+    p = profile(stages, fwd, bwd, out_bytes=int(x * 1e8))
+    pl = plan([[f"node0/gpu{i}" for i in range(stages)]], list(range(stages + 1)), nm=m, schedule="1f1b-deepspeed")
+    estimate = bsp_estimate(plan_partitions(pl, c, p), m, 0, 1.0).minibatches_per_s
+    return m / estimate, m / hetsim.simulate(c, p, pl, waves=6, trace=False).throughput["minibatches_per_s"]
+
+
+@pytest.mark.parametrize("m", [1, 5])
+def test_the_estimate_counts_both_transfers_across_a_boundary_under_deepspeed_rendezvous(m):
+    """DeepSpeed's rendezvous holds sender and receiver for every transfer, so an end stage waits out
+    2X a minibatch: the flush estimate (roundtrip + (m - 1) bottleneck) is then the simulated
+    iteration, (m + 1)(F + B) + 2mX on two stages."""
+    estimated, simulated = _deepspeed_iteration_s(2, m, 0.004)
+    assert estimated == pytest.approx(simulated, rel=1e-9)
+    assert estimated == pytest.approx((m + 1) * 0.030 + 2 * m * 0.004, rel=1e-9)
+
+
+def test_the_estimate_charges_a_deepspeed_middle_stage_four_transfers_per_minibatch():
+    """Each further minibatch adds the bottleneck, F + B + 4X for a middle stage, in both; their fills
+    differ (by 2X here), under 2 % at m = 8. Counting one transfer per boundary was 10 % short."""
+    (e8, s8), (e9, s9) = _deepspeed_iteration_s(4, 8, 0.004), _deepspeed_iteration_s(4, 9, 0.004)
+    assert e9 - e8 == pytest.approx(0.030 + 4 * 0.004, rel=1e-9)
+    assert s9 - s8 == pytest.approx(e9 - e8, rel=1e-6)
+    assert e8 == pytest.approx(s8, rel=0.02)
