@@ -8,9 +8,10 @@ rate P and memory bandwidth W,
 with e (achieved / peak) looked up by layer kind and pass, most specific first:
 "compute.Conv2d.bwd", "compute.Conv2d", "compute" (same for "memory"); "overhead_s" (per-layer fixed
 cost: kernel launches, Python dispatch) likewise. "floor_s.<Kind>[.<pass>]" (no generic key, 0 where
-absent) is the least a pass takes however little work it holds: the host issues the pass's kernels
-(Python, framework, launch calls) no faster than that, and a small enough pass waits on the host
-rather than the GPU. It matters for tensor-parallel ranks at small micro-batches. Factors come from a device type's `efficiency`
+absent) is the least a tensor-parallel rank's pass takes however little work it holds: the host issues
+the pass's kernels and its collectives' calls no faster than that, and a small enough share waits on
+the host rather than the GPU. It applies to TP ranks only (`tp` > 1): a pass on one GPU makes no
+collective calls, and Sailor's measured TP-1 blocks run below the TP floors. Factors come from a device type's `efficiency`
 mapping in gpu_profiles/gpus/*.yaml, else gpu_profiles/efficiency.yaml (`gpus: {type: {...}}`, then
 `default` and `kernel_classes.factors`). `calibrate` fits them to a measured profile, per layer kind and pass.
 Counts (F, B) come from modelzoo.counting, on the meta device; this module imports no torch.
@@ -148,10 +149,12 @@ def load_efficiencies(gpus: dict[str, GpuType], path: str | Path | None = None) 
     return out
 
 
-def pass_time_s(cost: LayerCost, pass_: str, gpu: GpuType, eff: Efficiency, precision: str = "fp32") -> float:
-    """Roofline seconds of one pass of one layer (module docstring): one roofline per part, summed."""
+def pass_time_s(cost: LayerCost, pass_: str, gpu: GpuType, eff: Efficiency, precision: str = "fp32",
+                tp: int = 1) -> float:
+    """Roofline seconds of one pass of one layer (module docstring): one roofline per part, summed;
+    `cost` is one rank's share when `tp` > 1, and the pass then takes at least the TP floor."""
     busy = sum(_roofline_s(part, pass_, gpu, eff, precision) for part in (cost.parts or (cost,)))
-    floor = eff.find("floor_s", cost.kind, pass_, generic=False) or 0.0
+    floor = (eff.find("floor_s", cost.kind, pass_, generic=False) or 0.0) if tp > 1 else 0.0
     return max(busy + eff.get("overhead_s", cost.kind, pass_), floor)
 
 
@@ -166,17 +169,18 @@ def _roofline_s(cost: LayerCost, pass_: str, gpu: GpuType, eff: Efficiency, prec
 
 
 def derive_profile(base: ModelProfile, costs: list[LayerCost], gpus: list[GpuType],
-                   effs: dict[str, Efficiency], *, note: str = "", precision: str = "fp32") -> ModelProfile:
+                   effs: dict[str, Efficiency], *, note: str = "", precision: str = "fp32",
+                   tp: int = 1) -> ModelProfile:
     """`base` (measured or counted: names, bytes, edges) with derived times added for `gpus` trained at
-    `precision` and flops_fwd filled in from `costs`."""
+    `precision` and flops_fwd filled in from `costs` (one tensor-parallel rank's shares when `tp` > 1)."""
     if len(costs) != base.n_layers:
         raise SpecError(f"derive: {len(costs)} layer counts for a {base.n_layers}-layer profile of {base.model}")
     if precision not in PRECISIONS:
         raise SpecError(f"derive: precision {precision!r} is not one of {', '.join(PRECISIONS)}")
     layers = []
     for layer, cost in zip(base.layers, costs):
-        fwd = {**layer.fwd_s, **{g.name: pass_time_s(cost, "fwd", g, effs[g.name], precision) for g in gpus}}
-        bwd = {**layer.bwd_s, **{g.name: pass_time_s(cost, "bwd", g, effs[g.name], precision) for g in gpus}}
+        fwd = {**layer.fwd_s, **{g.name: pass_time_s(cost, "fwd", g, effs[g.name], precision, tp) for g in gpus}}
+        bwd = {**layer.bwd_s, **{g.name: pass_time_s(cost, "bwd", g, effs[g.name], precision, tp) for g in gpus}}
         layers.append(replace(layer, fwd_s=fwd, bwd_s=bwd, flops_fwd=cost.flops_fwd))
     derived = ", ".join(g.name for g in gpus) + ("" if precision == "fp32" else f" at {precision}")
     source = "; ".join(s for s in (base.source, f"derived for {derived} by hetsim.derive (roofline of "

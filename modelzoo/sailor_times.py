@@ -14,13 +14,15 @@ from modelzoo.kernel_classes import split_by_kernel_class
 __all__ = ["derived_times", "tp_share"]
 
 
-def derived_times(profile, shape, cluster: dict, precision: str, tp_degrees: set[int] = frozenset({1})):
+def derived_times(profile, shape, cluster: dict, precision: str, tp_degrees: set[int] = frozenset({1}),
+                  efficiency=None):
     """Layer times for the cluster's GPU types from datasheet peaks (no measurement used): the model
     zoo's decoder at the training config's shape is counted on the meta device (torch needed), each
     block split by kernel class, and timed by hetsim.derive at `precision`. For each tensor-parallel
     degree t > 1, times keyed TYPE@tpt: each rank does 1/t of the matrix products, attention and
     pointwise work (Megatron splits heads and the MLP width) but whole norms and the whole per-layer
-    fixed cost; the all-reduces are left to the simulator."""
+    fixed cost, and each pass at least the type's TP floor; the all-reduces are left to the simulator.
+    `efficiency`: another efficiency.yaml than gpu_profiles' (a check with other factors)."""
     model, kwargs = _zoo_model(shape)
     counted = count_model(model, batch=profile.batch_size, **kwargs)
     split = split_by_kernel_class(model, profile.batch_size, counted, **kwargs)
@@ -30,10 +32,10 @@ def derived_times(profile, shape, cluster: dict, precision: str, tp_degrees: set
                                           for f in ("flops_fwd", "flops_bwd", "bytes_fwd", "bytes_bwd")})]
     gpus = load_gpu_types()
     chosen = [gpus[n] for n in sorted({g["type"] for n in cluster["nodes"] for g in n["gpus"]})]
-    costs, effs = [*split[:1 + shape.n_layer], *tail], load_efficiencies(gpus)
+    costs, effs = [*split[:1 + shape.n_layer], *tail], load_efficiencies(gpus, efficiency)
     out = derive_profile(profile, costs, chosen, effs, precision=precision)
     for t in sorted(tp_degrees - {1}):
-        shard = derive_profile(profile, [tp_share(c, t) for c in costs], chosen, effs, precision=precision)
+        shard = derive_profile(profile, [tp_share(c, t) for c in costs], chosen, effs, precision=precision, tp=t)
         layers = [replace(l, fwd_s={**l.fwd_s, **{tp_key(g.name, t): d.fwd_s[g.name] for g in chosen}},
                           bwd_s={**l.bwd_s, **{tp_key(g.name, t): d.bwd_s[g.name] for g in chosen}})
                   for l, d in zip(out.layers, shard.layers)]

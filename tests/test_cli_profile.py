@@ -77,8 +77,7 @@ def test_precision_tf32_speeds_up_blocks_on_ampere_and_leaves_a_gpu_without_tf32
     times = {}
     for precision in ("fp32", "tf32"):
         out = tmp_path / f"{precision}.json"
-        # batch 8: blocks well above the A100's host floor (efficiency.yaml), which no precision moves
-        assert main(["profile", "--model", "gpt2-small", "--batch", "8", "--no-measure", "--derive-for",
+        assert main(["profile", "--model", "gpt2-small", "--batch", "1", "--no-measure", "--derive-for",
                      "a100,v100", "--precision", precision, "--out", str(out)]) == 0
         p = load_profile(out)
         block = next(l for l in p.layers if l.kind == "Block")

@@ -31,16 +31,18 @@ def test_roofline_takes_the_slower_of_compute_and_memory_plus_overhead():
     assert pass_time_s(conv, "bwd", gpu, eff) == pytest.approx(max(2e10 / 1e13, 1e9 / 2.5e11) + 1e-6)
 
 
-def test_a_pass_takes_at_least_its_host_floor_and_a_floor_never_slows_a_pass_above_it():
+def test_a_tensor_parallel_pass_takes_at_least_its_host_floor_and_a_floor_never_slows_a_pass_above_it():
     gpu = gpu_type()
     eff = Efficiency(factors={"compute": 0.5, "memory": 0.5, "overhead_s": 1e-5, "floor_s.Block.fwd": 2e-3,
                               "floor_s": 1.0})                   # a bare key is no floor: it would name no kind
     small = LayerCost(kind="Block", flops_fwd=1e9, flops_bwd=2e9, bytes_fwd=1e6, bytes_bwd=2e6)
     big = replace(small, flops_fwd=1e11)
-    assert pass_time_s(small, "fwd", gpu, eff) == 2e-3                          # 0.21 ms of work: floored
-    assert pass_time_s(big, "fwd", gpu, eff) == pytest.approx(1e11 / 5e12 + 1e-5)  # 20 ms: above it
-    assert pass_time_s(small, "bwd", gpu, eff) == pytest.approx(2e9 / 5e12 + 1e-5)  # no bwd floor given
-    assert pass_time_s(replace(small, kind="Linear"), "fwd", gpu, eff) == pytest.approx(1e9 / 5e12 + 1e-5)
+    roofline = 1e9 / 5e12 + 1e-5                                               # 0.21 ms of work
+    assert pass_time_s(small, "fwd", gpu, eff, tp=4) == 2e-3                   # a TP rank's share: floored
+    assert pass_time_s(small, "fwd", gpu, eff) == pytest.approx(roofline)      # one GPU: no collectives, no floor
+    assert pass_time_s(big, "fwd", gpu, eff, tp=4) == pytest.approx(1e11 / 5e12 + 1e-5)  # 20 ms: above it
+    assert pass_time_s(small, "bwd", gpu, eff, tp=4) == pytest.approx(2e9 / 5e12 + 1e-5)  # no bwd floor given
+    assert pass_time_s(replace(small, kind="Linear"), "fwd", gpu, eff, tp=4) == pytest.approx(roofline)
 
 
 def test_efficiency_lookup_goes_from_specific_to_general_then_to_the_base():
@@ -197,7 +199,7 @@ def tp_floors():
     return module
 
 
-def test_host_floors_are_the_shipped_fit_and_fitted_on_tp_up_to_2_they_predict_gh200_tp4_blocks():
+def test_host_floors_are_the_shipped_fit_and_fitted_on_tp_2_they_predict_gh200_tp4_blocks():
     script = tp_floors()
     rows = script.entries(script.default_data())
     shipped = yaml.safe_load((data_root() / "efficiency.yaml").read_text())["gpus"]

@@ -115,6 +115,23 @@ def test_derived_import_uses_no_measured_time_and_leaves_tp_all_reduces_to_the_s
     assert report.throughput["iteration_s"] == pytest.approx(measured, rel=0.2)
 
 
+def test_derived_tp_ranks_take_the_efficiency_files_host_floor_and_single_gpus_do_not(tmp_path):
+    """With a 50 ms GH200 floor in another efficiency file (`--efficiency` of run.py), every TP-4 block
+    pass at micro-batch 1 takes exactly that; the same blocks on one GPU and the embedding do not."""
+    import yaml
+    from hetsim.cli.imports import write_import
+    from hetsim.data import data_root
+    doc = yaml.safe_load((data_root() / "efficiency.yaml").read_text())
+    doc["gpus"]["gh200"] = {"floor_s.Block.fwd": 0.05, "floor_s.Block.bwd": 0.05}
+    (tmp_path / "eff.yaml").write_text(yaml.safe_dump(doc))
+    files = write_import(GH / "plan_config_N4_D1.json", DATA, OPT, tmp_path / "out", derived=True,
+                         efficiency=tmp_path / "eff.yaml")
+    profile = hetsim.load_profile(files["profile"])
+    blocks = [l for l in profile.layers if l.kind == "Block"]
+    assert blocks and all(l.fwd_s["gh200@tp4"] == l.bwd_s["gh200@tp4"] == 0.05 for l in blocks)
+    assert all(l.fwd_s["gh200"] < 0.05 for l in blocks) and profile.layers[0].fwd_s["gh200@tp4"] < 0.05
+
+
 @pytest.mark.parametrize("mutate,field", [
     (lambda d: d.update(mbs="x"), "not a Sailor plan"),
     (lambda d: d.update(mbs=0), "mbs: must be a positive integer"),

@@ -1,7 +1,7 @@
-"""Host floors of a transformer block pass, fitted to Sailor's tensor-parallel layer times: the
-`floor_s.Block.<pass>` entries of gpu_profiles/efficiency.yaml `gpus:`.
+"""Host floors of a tensor-parallel rank's transformer block pass, fitted to Sailor's TP layer times:
+the `floor_s.Block.<pass>` entries of gpu_profiles/efficiency.yaml `gpus:`.
 
-    python experiments/profiles/tp_floors.py [--data DIR] [--write]
+    python experiments/profiles/tp_floors.py [--data DIR] [--write] [--held-back-yaml FILE]
 
 Sailor measured OPT-350's blocks at tensor-parallel degree 1, 2, 4 (8 on some types) and micro-batch
 1 to 128 (profiles_tmp.json; times include the rank's all-reduces). At small micro-batches a TP rank's
@@ -13,14 +13,17 @@ collectives faster than that. Model of one measured pass:
 
 with the derived share as `hetsim import sailor --derived` times it (modelzoo.sailor_times) and the
 all-reduce what the simulator charges: a ring over t GPUs, 2(t-1)/t x the block's TP bytes at Sailor's
-intra-node bandwidth for t GPUs. Per GPU type and pass, floor_s minimises the squared log error over
-every (micro-batch, TP) entry, the smallest such value where the minimum is flat (no floor unless the
-data ask for one). Fitted on the NVLink types only: on PCIe (TITAN RTX, RTX 2080 Ti, RTX 3090) the TP
+intra-node bandwidth for t GPUs. The floor applies at t > 1 only (hetsim.derive): a block on one GPU
+makes no collective calls, and Sailor's TP-1 blocks run below the TP floors (GH200 forward, micro-batch
+1: 1.23 ms). Per GPU type and pass, floor_s minimises the squared log error over every (micro-batch,
+TP > 1) entry, the smallest such value where the minimum is flat (no floor unless the data ask for
+one). Fitted on the NVLink types only: on PCIe (TITAN RTX, RTX 2080 Ti, RTX 3090) the TP
 excess over the model grows with the micro-batch, which is all-reduce bandwidth below Sailor's
 intra-node figure, not a floor; the report shows it and fits nothing there.
 
-The check: the same fit on TP <= 2 entries only, applied to the TP >= 4 entries. Writes tp_floors.md
-beside this file; `--write` puts the all-entries fit into efficiency.yaml.
+The check: the same fit on the TP-2 entries only, applied to the TP >= 4 entries (`--held-back-yaml`
+writes an efficiency.yaml with those floors, for experiments/peers/sailor/run.py --efficiency). Writes
+tp_floors.md beside this file; `--write` puts the all-entries fit into gpu_profiles/efficiency.yaml.
 """
 
 from __future__ import annotations
@@ -73,13 +76,13 @@ def entries(data: Path) -> list[dict]:
                        "allreduce": 0.0 if t == 1 else 2 * (t - 1) / t * ar_bytes / bw}
                 for k, p in enumerate(PASSES):
                     row[p] = float(np.mean([layers[str(i)][k] for i in BLOCKS]))
-                    row[f"derived_{p}"] = pass_time_s(share, p, gpus[gpu], eff, PRECISION)
+                    row[f"derived_{p}"] = pass_time_s(share, p, gpus[gpu], eff, PRECISION, t)
                 rows.append(row)
     return sorted(rows, key=lambda r: (r["gpu"], r["tp"], r["mbs"]))
 
 
 def predict(row: dict, pass_: str, floor: float) -> float:
-    return max(row[f"derived_{pass_}"], floor) + row["allreduce"]
+    return max(row[f"derived_{pass_}"], floor if row["tp"] > 1 else 0.0) + row["allreduce"]
 
 
 def fit_floor(rows: list[dict], pass_: str) -> float:
@@ -89,16 +92,16 @@ def fit_floor(rows: list[dict], pass_: str) -> float:
 
 
 def fit(rows: list[dict], max_tp: int | None = None) -> dict[str, dict[str, float]]:
-    """gpu -> {floor_s.Block.<pass>: seconds} for the NVLink types, on entries of TP <= max_tp."""
+    """gpu -> {floor_s.Block.<pass>: seconds} for the NVLink types, on entries of 1 < TP <= max_tp."""
     out = {}
     for gpu in sorted({r["gpu"] for r in rows if r["nvlink"]}):
-        mine = [r for r in rows if r["gpu"] == gpu and (max_tp is None or r["tp"] <= max_tp)]
+        mine = [r for r in rows if r["gpu"] == gpu and 1 < r["tp"] <= (max_tp or r["tp"])]
         out[gpu] = {f"floor_s.Block.{p}": round(fit_floor(mine, p), 6) for p in PASSES}
     return out
 
 
 def errors(rows: list[dict], floors: dict) -> list[float]:
-    """|predicted / measured - 1| of block fwd+bwd per row, with `floors` (0 where a type has none)."""
+    """predicted / measured - 1 of block fwd+bwd per row, with `floors` (0 where a type has none)."""
     out = []
     for r in rows:
         f = floors.get(r["gpu"], {})
@@ -112,14 +115,14 @@ def report(rows: list[dict], shipped: dict, held: dict, data: Path) -> str:
              f"Measured: {data.name}/profiles_tmp.json, mean of the 24 blocks, all-reduces included. Model: "
              "max(derived share + overhead_s, floor_s) + ring all-reduce at Sailor's intra-node bandwidth. "
              "Written by `python experiments/profiles/tp_floors.py`.", "",
-             "## Floors (ms)", "", "| GPU type | fwd | bwd | fwd, fit on TP <= 2 | bwd, fit on TP <= 2 |",
+             "## Floors (ms)", "", "| GPU type | fwd | bwd | fwd, fit on TP 2 | bwd, fit on TP 2 |",
              "|---|---|---|---|---|"]
     for gpu, f in shipped.items():
         h = held[gpu]
-        lines.append(f"| {gpu} | {f['floor_s.Block.fwd'] * 1e3:.2f} | {f['floor_s.Block.bwd'] * 1e3:.2f} | "
-                     f"{h['floor_s.Block.fwd'] * 1e3:.2f} | {h['floor_s.Block.bwd'] * 1e3:.2f} |")
+        lines.append(f"| {gpu} | {f['floor_s.Block.fwd'] * 1e3:.3f} | {f['floor_s.Block.bwd'] * 1e3:.3f} | "
+                     f"{h['floor_s.Block.fwd'] * 1e3:.3f} | {h['floor_s.Block.bwd'] * 1e3:.3f} |")
     lines += ["", "## Block fwd+bwd, predicted / measured - 1 (%), micro-batch <= 4", "",
-              "Held back: the TP <= 2 fit on TP >= 4 entries.", "",
+              "Held back: the TP-2 fit on TP >= 4 entries. TP 1 takes no floor.", "",
               "| GPU type | tp | mbs | measured ms | no floor | shipped floor | held-back floor |",
               "|---|---|---|---|---|---|---|"]
     small = [r for r in rows if r["nvlink"] and r["tp"] > 1 and r["mbs"] <= 4]
@@ -127,9 +130,13 @@ def report(rows: list[dict], shipped: dict, held: dict, data: Path) -> str:
         lines.append(f"| {r['gpu']} | {r['tp']} | {r['mbs']} | {(r['fwd'] + r['bwd']) * 1e3:.2f} | "
                      f"{e0 * 100:+.1f} | {e1 * 100:+.1f} | " + (f"{e2 * 100:+.1f} |" if r["tp"] >= 4 else "(fitted) |"))
     tested = [r for r in rows if r["nvlink"] and r["tp"] >= 4]
-    lines += ["", "Mean |error| over every TP >= 4 entry of the NVLink types (all micro-batches): "
-              f"no floor {_mean_abs(errors(tested, {})):.1f} %, held-back floor {_mean_abs(errors(tested, held)):.1f} %, "
-              f"shipped {_mean_abs(errors(tested, shipped)):.1f} %.", "",
+    lines += ["", "## Mean |error| over the TP >= 4 entries (all micro-batches)", "",
+              "| GPU type | no floor | held-back floor | shipped floor |", "|---|---|---|---|"]
+    for gpu in [*sorted({r["gpu"] for r in tested}), "all"]:
+        mine = [r for r in tested if gpu in ("all", r["gpu"])]
+        lines.append(f"| {gpu} | {_mean_abs(errors(mine, {})):.1f} | {_mean_abs(errors(mine, held)):.1f} | "
+                     f"{_mean_abs(errors(mine, shipped)):.1f} |")
+    lines += ["",
               "## PCIe types: the TP excess grows with the micro-batch (no floor fitted)", "",
               "Measured minus modelled block fwd+bwd (ms), no floor: a floor would show as a constant.", "",
               "| GPU type | tp | " + " | ".join(f"mbs {m}" for m in (1, 2, 4, 8)) + " |", "|---|---|---|---|---|---|"]
@@ -152,17 +159,23 @@ def main(argv: list[str] | None = None) -> int:
                         help="folder with Sailor's profiles_tmp.json and network/ (default: %(default)s)")
     parser.add_argument("--out", type=Path, default=HERE / "tp_floors.md")
     parser.add_argument("--write", action="store_true", help="write the floors into gpu_profiles/efficiency.yaml")
+    parser.add_argument("--held-back-yaml", type=Path, default=None, metavar="FILE",
+                        help="also write a copy of efficiency.yaml with the floors fitted on TP 2 only")
     args = parser.parse_args(argv)
     rows = entries(args.data)
     shipped, held = fit(rows), fit(rows, max_tp=2)
     text = report(rows, shipped, held, args.data)
     args.out.write_text(text)
     print(text)
+    from modelzoo.pipedream_fit import write_efficiency
     path = data_root() / "efficiency.yaml"
     current = yaml.safe_load(path.read_text()).get("gpus") or {}
+    merged = lambda floors: {**current, **{g: {**current.get(g, {}), **f} for g, f in floors.items()}}
+    if args.held_back_yaml:
+        args.held_back_yaml.write_text(path.read_text())
+        write_efficiency(args.held_back_yaml, gpus=merged(held))
     if args.write:
-        from modelzoo.pipedream_fit import write_efficiency
-        write_efficiency(path, gpus={g: {**current.get(g, {}), **f} for g, f in shipped.items()})
+        write_efficiency(path, gpus=merged(shipped))
     elif any({k: v for k, v in current.get(g, {}).items() if k.startswith("floor_s.")} != f
              for g, f in shipped.items()):
         print("gpu_profiles/efficiency.yaml floors differ from this fit: rerun with --write", file=sys.stderr)

@@ -36,7 +36,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def write_import(plan_path: str | Path, data: str | Path, training_config: str | Path, out: str | Path, *,
-                 derived: bool = False, precision: str = "tf32") -> dict[str, Path]:
+                 derived: bool = False, precision: str = "tf32", efficiency: str | Path | None = None
+                 ) -> dict[str, Path]:
     """Import one Sailor plan and write its files to `out`; return their paths by role."""
     from hetsim.profile_files import save_profile
     from hetsim.sailor import import_run
@@ -44,7 +45,8 @@ def write_import(plan_path: str | Path, data: str | Path, training_config: str |
     cluster, profile, run = imported.cluster, imported.profile, imported.run
     if derived:
         derived_times = torch_side("sailor_derived_times")    # counts the zoo's decoder: needs torch
-        profile = derived_times(profile, imported.shape, cluster, precision, {g.tp for g in run.groups})
+        profile = derived_times(profile, imported.shape, cluster, precision, {g.tp for g in run.groups},
+                                efficiency)
     plan = replace(imported.plan, precision=precision)
     out = Path(out)
     check_output_dir(out, "--out")

@@ -28,8 +28,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from hetsim.cluster import host_of
-from hetsim.planner.hetero import VwPartition
-from hetsim.schedule.registry import schedule_kind
+from hetsim.planner.hetero import VwPartition, stage_seconds
 from hetsim.topology import Topology
 
 __all__ = ["Estimate", "PsRoutes", "vw_rate", "rate_bound", "wsp_estimate", "bsp_estimate", "link_loads", "pull_s",
@@ -196,7 +195,6 @@ def plan_partitions(plan, cluster, profile) -> list[VwPartition]:
     both directions count, an activation and a gradient across each of the stage's boundaries."""
     from hetsim.feasibility import plan_memory
     from hetsim.planner.hetero import VwPartition
-    per_boundary = 2 if schedule_kind(plan.schedule).explicit_p2p else 1
     profile = profile.scaled_to_batch(plan.minibatch_size)
     topology = Topology(cluster)
     memory = plan_memory(plan, cluster, profile)
@@ -216,9 +214,7 @@ def plan_partitions(plan, cluster, profile) -> list[VwPartition]:
                 nbytes.append(profile.cut_bytes(hi))
                 transfer.append(topology.route(stage.gpu, nxt).latency_s
                                 + nbytes[-1] / topology.bottleneck_Bps(stage.gpu, nxt))
-        k = len(vw.stages)
-        stage_s = tuple(compute[s] + per_boundary * ((transfer[s - 1] if s else 0.0)
-                                                     + (transfer[s] if s + 1 < k else 0.0)) for s in range(k))
+        stage_s = stage_seconds(compute, transfer, plan.schedule)
         parts.append(VwPartition(gpus=tuple(s.gpu for s in vw.stages),
                                  boundaries=(0, *(s.layers[1] for s in vw.stages)), compute_s=tuple(compute),
                                  transfer_s=tuple(transfer), transfer_bytes=tuple(nbytes),

@@ -217,8 +217,7 @@ def _describe(profile, gpus, bounds, topology, nm, schedule, copies, cache, tp: 
                     for s, g in enumerate(gpus))
     nbytes = tuple(profile.cut_bytes(bounds[s + 1]) for s in range(k - 1))
     transfer = tuple(float(_link_s(topology, gpus[s], gpus[s + 1], nbytes[s])) for s in range(k - 1))
-    stage = tuple(compute[s] + (transfer[s - 1] if s else 0.0) + (transfer[s] if s + 1 < k else 0.0)
-                  for s in range(k))
+    stage = stage_seconds(compute, transfer, schedule)
     memory = tuple(stage_memory(profile, bounds[s], bounds[s + 1], in_flight=in_flight(schedule, k, s, nm),
                                 asynchronous=schedule in ASYNC_SCHEDULES, optimizer_state_copies=copies,
                                 reserve_bytes=gpus[s].type.framework_reserve_bytes, tp=tp).total_bytes
@@ -227,6 +226,17 @@ def _describe(profile, gpus, bounds, topology, nm, schedule, copies, cache, tp: 
                        transfer_s=transfer, transfer_bytes=nbytes, stage_s=stage, memory_bytes=memory,
                        param_bytes=tuple(profile.stage_param_bytes(bounds[s], bounds[s + 1])
                                          for s in range(k)))
+
+
+def stage_seconds(compute: tuple[float, ...] | list[float], transfer: tuple[float, ...] | list[float],
+                  schedule: str) -> tuple[float, ...]:
+    """Each stage's seconds a minibatch: its compute and the transfers across its boundaries, counted
+    once (a transfer holds its sender at most), or both ways under a schedule of rendezvous transfers
+    (DeepSpeed's: each holds sender and receiver until delivered, an activation and a gradient)."""
+    per = 2 if schedule_kind(schedule).explicit_p2p else 1
+    k = len(compute)
+    return tuple(compute[s] + per * ((transfer[s - 1] if s else 0.0) + (transfer[s] if s + 1 < k else 0.0))
+                 for s in range(k))
 
 
 def _no_fit(profile, gpus, nm, schedule, copies, tp: int = 1) -> str:

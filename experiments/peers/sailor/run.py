@@ -36,7 +36,7 @@ COLUMNS = ["set", "plan", "measured_iter_s", "predicted_iter_s", "time_err_pct",
 
 def predict(plan_path: Path, args: argparse.Namespace, workdir: Path) -> dict:
     files = write_import(plan_path, args.data, args.training_config, workdir / plan_path.stem,
-                         derived=args.derived, precision=args.precision)
+                         derived=args.derived, precision=args.precision, efficiency=args.efficiency)
     report = hetsim.simulate(files["cluster"], hetsim.load_profile(files["profile"]), files["plan"],
                              waves=args.waves, warmup_waves=1, trace=False)
     measured = pd.read_json(files["measured"], typ="series")
@@ -159,6 +159,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--plans", required=True, nargs="+", type=Path, help="folders of plan_config_*.json")
     p.add_argument("--out", type=Path, help="CSV to write (a .md summary and a .png plot go beside it)")
     p.add_argument("--derived", action="store_true", help="derive layer times instead of Sailor's measured ones")
+    p.add_argument("--efficiency", type=Path, default=None, metavar="YAML",
+                   help="with --derived: efficiency factors from this file instead of gpu_profiles/efficiency.yaml "
+                        "(e.g. experiments/profiles/tp_floors.py --held-back-yaml's)")
     p.add_argument("--precision", default="tf32", choices=("fp32", "tf32", "fp16", "bf16"),
                    help="the runs' precision (default tf32: FP32 tensors, TF32 matrix products)")
     p.add_argument("--waves", type=int, default=3, help="iterations simulated, the first left out (default 3)")
