@@ -26,8 +26,8 @@ from hetsim.plan import Plan, StageSpec, SyncSpec, VirtualWorker
 from hetsim.profile import ModelProfile, tp_key
 from hetsim.transformer import TransformerShape, transformer_layers
 
-__all__ = ["SailorRun", "Imported", "GPU_TYPES", "NVLINK_TYPES", "read_plan", "read_shape", "to_cluster", "to_profile", "to_plan",
-           "import_run"]
+__all__ = ["SailorRun", "Imported", "GPU_TYPES", "NVLINK_TYPES", "read_plan", "read_shape", "to_cluster",
+           "to_profile", "to_plan", "import_run"]
 
 # Sailor's GPU names -> hetsim's GPU files. Sailor's "RTX-2080" has 11 GiB: an RTX 2080 Ti.
 GPU_TYPES = {"GH-96": "gh200", "A100-40": "a100", "A100-80": "a100-80", "V100-16": "v100",

@@ -170,15 +170,16 @@ def test_only_ampere_and_later_gpu_files_have_tf32_and_bf16_peaks():
 SAILOR_SCRIPT = Path(__file__).resolve().parents[1] / "experiments" / "profiles" / "sailor_layers.py"
 
 
-def sailor_layers():
-    spec = importlib.util.spec_from_file_location("sailor_layers", SAILOR_SCRIPT)
+def _script(path: Path):
+    """An experiments/profiles script loaded as a module (they are not a package)."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
 def test_kernel_class_factors_are_fit_a_and_predict_held_back_gpu_types_within_tolerance():
-    script = sailor_layers()
+    script = _script(SAILOR_SCRIPT)
     rows = script.measured(script.default_data())
     shipped = yaml.safe_load((data_root() / "efficiency.yaml").read_text())["kernel_classes"]["factors"]
     assert script.fit(rows, script.FIT_A) == shipped                      # fitted once, on FIT_A only
@@ -192,15 +193,8 @@ def test_kernel_class_factors_are_fit_a_and_predict_held_back_gpu_types_within_t
 TP_FLOORS = SAILOR_SCRIPT.with_name("tp_floors.py")
 
 
-def tp_floors():
-    spec = importlib.util.spec_from_file_location("tp_floors", TP_FLOORS)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_host_floors_are_the_shipped_fit_and_fitted_on_tp_2_they_predict_gh200_tp4_blocks():
-    script = tp_floors()
+    script = _script(TP_FLOORS)
     rows = script.entries(script.default_data())
     shipped = yaml.safe_load((data_root() / "efficiency.yaml").read_text())["gpus"]
     fitted = script.fit(rows)

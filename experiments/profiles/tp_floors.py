@@ -59,7 +59,8 @@ def entries(data: Path) -> list[dict]:
     runs = json.loads((data / "profiles_tmp.json").read_text())[MODEL]
     intra = json.loads((data / "network" / "intra_node_bandwidths.json").read_text())
     _model, shape, _opt = read_shape(data / CONFIG)
-    gpus, effs = load_gpu_types(), load_efficiencies(load_gpu_types())
+    gpus = load_gpu_types()
+    effs = load_efficiencies(gpus)
     rows = []
     for sailor_type, by_mbs in runs.items():
         gpu = GPU_TYPES[sailor_type]

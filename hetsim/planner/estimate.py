@@ -194,7 +194,6 @@ def plan_partitions(plan, cluster, profile) -> list[VwPartition]:
     schedule of rendezvous transfers (DeepSpeed's: each holds sender and receiver until delivered)
     both directions count, an activation and a gradient across each of the stage's boundaries."""
     from hetsim.feasibility import plan_memory
-    from hetsim.planner.hetero import VwPartition
     profile = profile.scaled_to_batch(plan.minibatch_size)
     topology = Topology(cluster)
     memory = plan_memory(plan, cluster, profile)
