@@ -24,7 +24,7 @@ from executor.stage import StageModel
 from executor.wsp import WspClient
 from hetsim.plan import ASYNC_SCHEDULES
 
-__all__ = ["optimizer_seconds", "link_speed"]
+__all__ = ["optimizer_seconds", "link_speed", "handoff_delay", "wake_delays"]
 
 
 def optimizer_seconds(model: str, *, schedule: str, nm: int, wsp: bool, bsp: bool = False, repeats: int = 9,
@@ -191,3 +191,81 @@ def link_speed(small: int = 200, large: int = 30, nbytes: int = 4 << 20, *, devi
                 if p.is_alive():
                     p.kill()
 
+
+
+def handoff_delay(ranks: int, cores: float, *, rounds: int = 100, compute_s: float = 0.004) -> float:
+    """Mean seconds a rank blocked in a receive waits, once its message is sent, before it runs on a
+    host whose `cores` are busy with the plan's other `ranks`, beyond the same wait with a core free
+    for it (which link_speed's latency holds). 0 unless the sender and the other ranks can fill the
+    cores when a receiver wakes (`ranks` - 1 >= `cores`; `cores` may be fractional, as measured).
+
+    A pipeline's receiver wakes while its neighbours compute. With the cores full, most wake-ups
+    are as quick as on an idle core, but some wait a scheduler tick (experiments/validation/
+    results/wakeup.md), which the simulator's fluid share of the cores does not model. Measured as
+    the executor's ranks hand off: gloo, one thread each, the sender computing after each send,
+    `ranks` - 2 other processes spinning throughout (experiments/validation/wakeup.py's probe)."""
+    if ranks - 1 < cores:
+        return 0.0
+    loaded, free = (statistics.fmean(wake_delays(busy, rounds, compute_s)) for busy in (ranks - 2, 0))
+    return max(0.0, loaded - free)
+
+
+def wake_delays(spinners: int, rounds: int = 40, compute_s: float = 0.004) -> list[float]:
+    """Seconds from each of `rounds` gloo sends to its blocked receiver running again, with
+    `spinners` other processes busy throughout (see handoff_delay)."""
+    import multiprocessing
+    import tempfile
+
+    import torch.multiprocessing as mp
+    fork = multiprocessing.get_context("fork")
+    stop = fork.Event()
+    busy = [fork.Process(target=_spin_until, args=(stop,)) for _ in range(spinners)]
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    with tempfile.TemporaryDirectory() as tmp:
+        pair = [ctx.Process(target=_hand_offs, args=(r, f"{tmp}/store", rounds, compute_s, out)) for r in range(2)]
+        for p in busy + pair:
+            p.start()
+        try:
+            stamps = dict(next_result(out, pair, 120.0, "handoff_delay: hand-offs") for _ in pair)
+        finally:
+            stop.set()
+            for p in pair + busy:
+                p.join(timeout=5.0)
+                if p.is_alive():
+                    p.kill()
+    return [woke - sent for sent, woke in zip(stamps[1], stamps[0])]
+
+
+def _busy(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def _spin_until(stop) -> None:
+    while not stop.is_set():
+        _busy(0.001)
+
+
+def _hand_offs(rank: int, path: str, rounds: int, compute_s: float, out) -> None:
+    """Rank 1 computes, stamps and sends, `rounds` times; rank 0 receives, stamps and computes a
+    quarter as long, so that it is blocked in its receive when each message is sent."""
+    import torch.distributed as dist
+    die_with_parent()
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{path}", rank=rank, world_size=2)
+    buf, stamps = torch.zeros(2), []
+    for k in range(rounds + 1):                 # the first exchange sets up the pair
+        if rank == 1:
+            _busy(compute_s)
+            stamp = time.monotonic()
+            dist.send(buf, 0)
+        else:
+            dist.recv(buf, 1)
+            stamp = time.monotonic()
+            _busy(compute_s / 4)
+        if k:
+            stamps.append(stamp)
+    out.put((rank, stamps))
+    dist.destroy_process_group()

@@ -170,7 +170,8 @@ def validate_plan(plan: Plan, *, model: str | None = None, model_kwargs: dict | 
     if unknown:
         raise HetsimError(f"--slowdown {unknown[0]}: the plan has no GPU of that name; it uses {', '.join(names)}")
     slowdown = {names.get(g, g): f for g, f in (slowdown or {}).items()}
-    cluster = _host_now(plan, model, model_kwargs, slowdown, cores, link_Bps, latency_s, colocated_work, device)
+    cluster, handoff_s = _host_now(plan, model, model_kwargs, slowdown, cores, link_Bps, latency_s, colocated_work,
+                                   device)
     key = cluster.gpus[0].type.name
     given = profile
     tensor_parallel = any(s.tp > 1 for vw in plan.virtual_workers for s in vw.stages)
@@ -202,14 +203,25 @@ def validate_plan(plan: Plan, *, model: str | None = None, model_kwargs: dict | 
     else:
         measurement.training["gpu_concurrency"] = cluster.nodes[0].shared_cores
     measurement.training["colocated_work"] = cluster.nodes[0].colocated_work
+    measurement.training["handoff_s"] = handoff_s     # part of the link latency the prediction used
+    if handoff_s:
+        # What the hand-off is worth in this run: the same prediction with the link's latency alone.
+        node = cluster.nodes[0]
+        alone = host_cluster(len(node.gpus), node.shared_cores, node.intra_link.bandwidth_Bps,
+                             node.intra_link.latency_s - handoff_s, node.colocated_work)
+        measurement.training["predicted_samples_s_without_handoff"] = hetsim.simulate(
+            alone, predicted_with, plan, waves=waves, warmup_waves=warmup_waves, seed=seed,
+            slowdown=slowdown).throughput["samples_per_s"]
     return prediction, measurement
 
 
 def _host_now(plan: Plan, model: str, model_kwargs, slowdown, cores, link_Bps, latency_s, colocated_work,
-              device: str) -> Cluster:
-    """This host as it is now: the link, the cores (or the shared GPU's concurrency) and the stages'
-    co-located work measured unless given."""
-    from executor.calibrate import link_speed
+              device: str) -> tuple[Cluster, float]:
+    """This host as it is now, and the hand-off delay in its link's latency: the link, the cores (or
+    the shared GPU's concurrency) and the stages' co-located work measured unless given. A measured
+    CPU latency adds the scheduler's hand-off delay when the plan's ranks outnumber the cores
+    (executor.calibrate.handoff_delay); a given latency is taken whole."""
+    from executor.calibrate import handoff_delay, link_speed
     from executor.placement import gpu_count, uses_nccl
 
     stages = [s for vw in plan.virtual_workers for s in vw.stages]
@@ -218,6 +230,7 @@ def _host_now(plan: Plan, model: str, model_kwargs, slowdown, cores, link_Bps, l
     # Each probe does the optimiser work of the plan's schedule (per minibatch, or per wave).
     probes = {"tp": [(k, s.tp) for s, k in ranks], "schedule": plan.schedule, "nm": plan.nm, "sync": plan.sync.mode}
     nccl = uses_nccl(device, "auto", len(ranks))
+    latency_measured = latency_s is None
     if link_Bps is None or latency_s is None:
         measured_latency, measured_Bps = link_speed(device=device, nccl=nccl and gpu_count() > 1)
         link_Bps, latency_s = link_Bps or measured_Bps, latency_s if latency_s is not None else measured_latency
@@ -226,13 +239,17 @@ def _host_now(plan: Plan, model: str, model_kwargs, slowdown, cores, link_Bps, l
         if cores is None and len(ranks) > gpu_count():
             cores = round(gpu_concurrency(model, [s.layers for s, _ in ranks], batch=plan.minibatch_size,
                                           model_kwargs=model_kwargs, device=device, **probes), 2)
-        return host_cluster(len(dict.fromkeys(plan.gpus)), cores, link_Bps, latency_s, colocated_work or 1.0, cuda_type(device))
+        return host_cluster(len(dict.fromkeys(plan.gpus)), cores, link_Bps, latency_s, colocated_work or 1.0,
+                            cuda_type(device)), 0.0
     if colocated_work is None:
         from executor.colocation import colocation_factor
         colocated_work = colocation_factor(model, [s.layers for s, _ in ranks], batch=plan.minibatch_size,
                                            model_kwargs=model_kwargs,
                                            slowdowns=[slowdown.get(s.members[k], 1.0) for s, k in ranks], **probes)
-    return host_cluster(len(dict.fromkeys(plan.gpus)), cores or available_cores(), link_Bps, latency_s, round(colocated_work, 3))
+    cores = cores or available_cores()
+    handoff = handoff_delay(len(ranks), cores) if latency_measured else 0.0
+    return host_cluster(len(dict.fromkeys(plan.gpus)), cores, link_Bps, latency_s + handoff,
+                        round(colocated_work, 3)), handoff
 
 
 def _profile(model: str, batch: int, repeats: int, model_kwargs: dict, device: str) -> ModelProfile:

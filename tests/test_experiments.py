@@ -79,3 +79,18 @@ def test_hetpipe_quick_writes_a_row_per_policy_and_d_and_a_figure(tmp_path):
     assert all(float(r["samples_per_s"]) > 0 for r in rows)
     assert (tmp_path / "throughput.png").stat().st_size > 0
     assert "| VGG-19 | ED |" in (tmp_path / "throughput.md").read_text()
+
+
+def test_merging_validation_parts_keeps_the_last_row_of_a_plan_run_again(tmp_path):
+    module = load("validation")
+    first, again = tmp_path / "all.csv", tmp_path / "again.csv"
+    first.write_text("plan,predicted_samples_s,measured_samples_s,error_pct\n"
+                     "s2_nm2_1f1b,101,100,1.0\ns1_nm1_gpipe,98,100,-2.0\n")
+    again.write_text("plan,predicted_samples_s,measured_samples_s,error_pct,handoff_us\ns2_nm2_1f1b,103,100,3.0,500\n")
+    for path in (first, again):
+        path.with_name(path.stem + "_summary.json").write_text("{}")
+    module.merge([str(first), str(again)], tmp_path / "out", "merged")
+    with open(tmp_path / "out" / "merged.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["plan"], r["error_pct"], r["handoff_us"]) for r in rows] == [
+        ("s1_nm1_gpipe", "-2.0", ""), ("s2_nm2_1f1b", "3.0", "500")]     # suite order, the re-run's row

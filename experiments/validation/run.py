@@ -62,10 +62,12 @@ def row(case, prediction, measurement) -> dict:
            "slowdown": " ".join(f"{g}x{f}" for g, f in sorted(case.slowdown.items())),
            "cores_available": prediction.cluster.split("_")[2],
            "latency_us": prediction.cluster.split("_")[4][:-2],
+           "handoff_us": round(measurement.training.get("handoff_s", 0.0) * 1e6),
            "colocated_work": measurement.training["colocated_work"],
            "cores_after": measurement.training.get("cores_available", {}).get("after", ""),
            "predicted_samples_s": round(tp.predicted, 1), "measured_samples_s": round(tp.measured, 1),
-           "error_pct": round(tp.error_pct, 1)}
+           "error_pct": round(tp.error_pct, 1),
+           "error_without_handoff_pct": _without_handoff(measurement, tp.measured)}
     work = work_rows(measurement)
     errors = [abs(w.error_pct) for w in work if w.error_pct is not None]
     out["cpu_work_max_abs_error_pct"] = round(max(errors), 1) if errors else ""
@@ -74,6 +76,12 @@ def row(case, prediction, measurement) -> dict:
         out["global_staleness_max pred/meas"] = (f"{comp['global staleness max'].predicted}/"
                                                  f"{comp['global staleness max'].measured}")
     return out
+
+
+def _without_handoff(measurement, measured: float):
+    """The run's error had its prediction left out the scheduler's hand-off delay ("" with none)."""
+    alone = measurement.training.get("predicted_samples_s_without_handoff")
+    return round(100 * (alone - measured) / measured, 1) if alone else ""
 
 
 def _median_run(runs: list[tuple[dict, str | None]]) -> dict:
@@ -183,14 +191,15 @@ def verdict(summary: dict) -> int:
 
 def merge(csvs: list[str], out: Path, stem: str) -> int:
     """One table, plot and summary from the CSVs of runs of parts of the suite (each beside its
-    _summary.json), in the suite's plan order."""
-    rows, parts = [], []
+    _summary.json), in the suite's plan order; a plan in several of them keeps the last one's row
+    (a part run again)."""
+    by_plan, parts = {}, []
     for path in map(Path, csvs):
         with open(path, newline="") as f:
-            rows += [{k: _number(v) for k, v in r.items()} for r in csv.DictReader(f)]
+            by_plan.update((r["plan"], {k: _number(v) for k, v in r.items()}) for r in csv.DictReader(f))
         parts.append(json.loads(path.with_name(path.stem + "_summary.json").read_text()))
     order = {c.name: i for i, c in enumerate(cases())}
-    rows.sort(key=lambda r: order.get(r["plan"], len(order)))
+    rows = sorted(by_plan.values(), key=lambda r: order.get(r["plan"], len(order)))
     summary = summarise(rows, {"merged_from": [Path(c).name for c in csvs], "parts": parts})
     write(rows, summary, out, stem)
     return verdict(summary)

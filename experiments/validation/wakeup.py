@@ -5,71 +5,26 @@ outnumber the cores?
 Two processes hand off as the executor's ranks do (gloo, one thread each): rank 1 computes 4 ms,
 stamps the clock and sends; rank 0 is blocked in its receive, stamps on waking and computes 1 ms.
 `busy` other processes spin throughout, as a plan's other ranks compute. The one-way delay is the
-median, 90th percentile and mean over 40 hand-offs of (wake stamp - send stamp), both on CLOCK_MONOTONIC.
+median, 90th percentile and mean over 40 hand-offs of (wake stamp - send stamp), both on CLOCK_MONOTONIC
+(executor.calibrate.wake_delays, the probe `hetsim validate` takes the mean of as its hand-off delay).
 
     python experiments/validation/wakeup.py            # writes results/wakeup.md
 """
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import statistics
 import sys
-import tempfile
-import time
 from pathlib import Path
 
-ROUNDS, COMPUTE_S = 40, 0.004
-
-
-def _busy(seconds: float) -> None:
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        pass
-
-
-def _spin_until(stop) -> None:
-    while not stop.is_set():
-        _busy(0.001)
-
-
-def _hand_offs(rank: int, path: str, out) -> None:
-    import torch
-    import torch.distributed as dist
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{path}", rank=rank, world_size=2)
-    buf, stamps = torch.zeros(2), []
-    for k in range(ROUNDS + 1):                 # the first exchange sets up the pair
-        if rank == 1:
-            _busy(COMPUTE_S)
-            stamp = time.monotonic()
-            dist.send(buf, 0)
-        else:
-            dist.recv(buf, 1)
-            stamp = time.monotonic()
-            _busy(COMPUTE_S / 4)
-        if k:
-            stamps.append(stamp)
-    out.put((rank, stamps))
-    dist.destroy_process_group()
+from executor.calibrate import wake_delays
 
 
 def one_way_delay(busy: int) -> tuple[float, float, float]:
     """Median, 90th percentile and mean seconds from a send to its blocked receiver running, with
     `busy` spinning processes."""
-    fork, spawn = multiprocessing.get_context("fork"), multiprocessing.get_context("spawn")
-    stop, out = fork.Event(), spawn.Queue()
-    spinners = [fork.Process(target=_spin_until, args=(stop,)) for _ in range(busy)]
-    with tempfile.TemporaryDirectory() as tmp:
-        pair = [spawn.Process(target=_hand_offs, args=(r, f"{tmp}/store", out)) for r in range(2)]
-        for p in spinners + pair:
-            p.start()
-        stamps = dict(out.get(timeout=120) for _ in pair)
-        stop.set()
-        for p in pair + spinners:
-            p.join(timeout=10)
-    delays = [woke - sent for sent, woke in zip(stamps[1], stamps[0])]
+    delays = wake_delays(busy, 40, 0.004)
     return statistics.median(delays), statistics.quantiles(delays, n=10)[-1], statistics.fmean(delays)
 
 

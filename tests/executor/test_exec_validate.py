@@ -55,6 +55,53 @@ def test_host_cluster_shares_its_cores():
     assert host_cluster(2, 2, 2e9, 5e-5, 1.08).nodes[0].colocated_work == 1.08
 
 
+def test_no_hand_off_delay_is_probed_unless_the_other_ranks_can_fill_the_cores(monkeypatch):
+    import executor.calibrate as calibrate
+    monkeypatch.setattr(calibrate, "wake_delays", lambda *a: pytest.fail("probed with a core per rank"))
+    assert calibrate.handoff_delay(2, 2.0) == 0.0
+    assert calibrate.handoff_delay(2, 1.99) == 0.0     # two ranks on a host measured at 1.99 cores
+    assert calibrate.handoff_delay(3, 3.5) == 0.0
+
+
+def test_the_hand_off_delay_is_the_loaded_one_way_delay_beyond_the_unloaded(monkeypatch):
+    import executor.calibrate as calibrate
+    seen = []
+
+    def delays(spinners, rounds, compute_s):
+        seen.append(spinners)
+        return {2: [1e-4, 1e-4, 8.8e-3], 0: [1e-4, 3e-4]}[spinners]     # means 3 ms and 0.2 ms
+    monkeypatch.setattr(calibrate, "wake_delays", delays)
+    assert calibrate.handoff_delay(4, 1.99) == pytest.approx(2.8e-3)
+    assert sorted(seen) == [0, 2]              # the other ranks spin: all but sender and receiver
+    monkeypatch.setattr(calibrate, "wake_delays", lambda spinners, *a: [1e-4] if spinners else [2e-4])
+    assert calibrate.handoff_delay(3, 2.0) == 0.0     # never a negative delay
+
+
+def test_the_hand_off_probe_times_gloo_sends_to_a_blocked_receiver():
+    import statistics
+
+    from executor.calibrate import wake_delays
+    # Real processes, no load: a wake-up takes about 0.1 ms here. Stamps paired a round apart would
+    # read about the 5 ms of compute between hand-offs, or a negative time.
+    delays = wake_delays(0, 6)
+    assert len(delays) == 6 and 0 < statistics.median(delays) < 2e-3
+
+
+def test_a_measured_latency_carries_the_hand_off_delay_and_a_given_one_is_taken_whole(monkeypatch):
+    import executor.calibrate as calibrate
+    from executor.validate import _host_now
+    monkeypatch.setattr(calibrate, "link_speed", lambda **kw: (1e-4, 2e9))
+    monkeypatch.setattr(calibrate, "handoff_delay", lambda ranks, cores: 2e-3 if ranks > cores else 0.0)
+    three = mlp_plan([[0, 3, 6, 9]], nm=3, schedule="1f1b")
+    cluster, handoff = _host_now(three, "mlp", None, {}, 2, None, None, 1.0, "cpu")
+    assert handoff == 2e-3 and cluster.nodes[0].intra_link.latency_s == pytest.approx(2.1e-3)
+    cluster, handoff = _host_now(three, "mlp", None, {}, 2, None, 5e-5, 1.0, "cpu")
+    assert handoff == 0.0 and cluster.nodes[0].intra_link.latency_s == 5e-5
+    cluster, handoff = _host_now(mlp_plan([[0, 4, 9]], nm=2, schedule="1f1b"), "mlp", None, {}, 2, None, None,
+                                 1.0, "cpu")
+    assert handoff == 0.0 and cluster.nodes[0].intra_link.latency_s == 1e-4
+
+
 def test_colocation_factor_compares_the_stages_together_with_each_alone():
     from executor.colocation import colocation_factor
     assert colocation_factor("mlp", [(0, 5)], batch=8) == 1.0          # one process shares nothing
