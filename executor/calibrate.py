@@ -192,7 +192,6 @@ def link_speed(small: int = 200, large: int = 30, nbytes: int = 4 << 20, *, devi
                     p.kill()
 
 
-
 def handoff_delay(ranks: int, cores: float, *, rounds: int = 100, compute_s: float = 0.004) -> float:
     """Mean seconds a rank blocked in a receive waits, once its message is sent, before it runs on a
     host whose `cores` are busy with the plan's other `ranks`, beyond the same wait with a core free

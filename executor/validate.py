@@ -219,7 +219,7 @@ def _host_now(plan: Plan, model: str, model_kwargs, slowdown, cores, link_Bps, l
               device: str) -> tuple[Cluster, float]:
     """This host as it is now, and the hand-off delay in its link's latency: the link, the cores (or
     the shared GPU's concurrency) and the stages' co-located work measured unless given. A measured
-    CPU latency adds the scheduler's hand-off delay when the plan's ranks outnumber the cores
+    CPU latency adds the scheduler's hand-off delay where the plan's other ranks can fill the cores
     (executor.calibrate.handoff_delay); a given latency is taken whole."""
     from executor.calibrate import handoff_delay, link_speed
     from executor.placement import gpu_count, uses_nccl
@@ -353,7 +353,9 @@ def run(args: argparse.Namespace) -> int:
     if args.device == "cpu":
         cores = measurement.training["cores_available"]["before"]
         where = (f"{cores} of {os.cpu_count()} cores available, shared by {len(measurement.gpus)} stage ranks, "
-                 f"compute x{measurement.training['colocated_work']} co-located")
+                 f"compute x{measurement.training['colocated_work']} co-located"
+                 + (f", {measurement.training['handoff_s'] * 1e3:.2f} ms hand-off a message"
+                    if measurement.training["handoff_s"] else ""))
     else:
         shared = measurement.training["gpu_concurrency"]
         where = (f"{len(measurement.gpus)} stage ranks on {args.device}, "
