@@ -79,7 +79,7 @@ def row(case, prediction, measurement) -> dict:
 
 
 def _without_handoff(measurement, measured: float):
-    """The run's error had its prediction left out the scheduler's hand-off delay ("" with none)."""
+    """The run's error if its prediction had left out the scheduler's hand-off delay ("" with none)."""
     alone = measurement.training.get("predicted_samples_s_without_handoff")
     return round(100 * (alone - measured) / measured, 1) if alone else ""
 
