@@ -13,7 +13,8 @@ the pass's kernels and its collectives' calls no faster than that, and a small e
 the host rather than the GPU. It applies to TP ranks only (`tp` > 1): a pass on one GPU makes no
 collective calls, and Sailor's measured TP-1 blocks run below the TP floors. Factors come from a
 device type's `efficiency` mapping in gpu_profiles/gpus/*.yaml, else gpu_profiles/efficiency.yaml
-(`gpus: {type: {...}}`, then `default` and `kernel_classes.factors`). `calibrate` fits them to a measured profile, per layer kind and pass.
+(`gpus: {type: {...}}`, then `default` and `kernel_classes.factors`). `calibrate` fits them to a
+measured profile, per layer kind and pass.
 Counts (F, B) come from modelzoo.counting, on the meta device; this module imports no torch.
 
 Kernel classes. A layer whose cost has `parts` (a transformer block: its GEMMs, its attention products,

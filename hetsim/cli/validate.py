@@ -44,7 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="gloo loopback bandwidth (default: measured)")
     p.add_argument("--latency-us", type=real(0), default=None,
                    help="gloo message latency, taken whole (default: measured, plus the scheduler's hand-off "
-                        "delay when the plan's ranks outnumber the cores)")
+                        "delay where the plan's other ranks can fill the cores)")
     p.add_argument("--seed", type=whole(0), default=0)
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda: where the ranks compute")
     p.add_argument("--out", default=None, metavar="DIR", help="write prediction/ and measurement/ reports here")
