@@ -9,9 +9,11 @@ terms: a micro-batch is a minibatch, a replica is a virtual worker, the schedule
 the sync mode bsp.
 
 Where the data lives (`--data DIR`): profiles_tmp.json (`[model][gpu][mbs][tp][layer] = [fwd_s, bwd_s,
-update_s]`), network/intra_node_bandwidths.json and network/multizone_bandwidths_het.json (per GPU
-type and GPU count `[[polynomial], plateau bytes/s]`; hetsim takes the plateau, the rate of the large
-messages that dominate training traffic) and configs/basic_cluster_config.json.
+update_s]`; the update_s Sailor ships is the same in every layer, the whole model's step, which the
+importer spreads over the layers by their parameters), network/intra_node_bandwidths.json and
+network/multizone_bandwidths_het.json (per GPU type and GPU count `[[polynomial], plateau bytes/s]`;
+hetsim takes the plateau, the rate of the large messages that dominate training traffic) and
+configs/basic_cluster_config.json.
 """
 
 from __future__ import annotations
@@ -269,7 +271,8 @@ def to_profile(run: SailorRun, model: str, shape: TransformerShape, data: Path |
         for gtype, tp in sorted({(g.gpu_type, g.tp) for g in run.groups}):
             rows = _measured_rows(measured, model, gtype, run.mbs, tp, len(layers))
             key = tp_key(_hetsim_type(gtype), tp)
-            for i, (f, b, u) in enumerate(rows):
+            updates = _layer_updates([r[2] for r in rows], [l.param_bytes for l in layers])
+            for i, ((f, b, _u), u) in enumerate(zip(rows, updates)):
                 times[i]["fwd"][key], times[i]["bwd"][key], times[i]["upd"][key] = f, b, u
         layers = [replace(l, fwd_s=t["fwd"], bwd_s=t["bwd"], update_s=t["upd"]) for l, t in zip(layers, times)]
     source = (f"{model} ({shape.n_layer} blocks, hidden {shape.hidden}, seq {shape.seq_len}): layers counted "
@@ -278,6 +281,18 @@ def to_profile(run: SailorRun, model: str, shape: TransformerShape, data: Path |
                         edges=tuple((i, i + 1) for i in range(len(layers) - 1)),
                         input_bytes=8 * shape.seq_len * run.mbs, source=source,
                         tokens_per_sample=shape.seq_len)
+
+
+def _layer_updates(column: list[float], param_bytes: list[int]) -> list[float]:
+    """Per-layer optimizer-step seconds from Sailor's third column. Where every layer carries the same
+    figure (all 213 tables Sailor ships), it is the whole model's step on one GPU of the TP group: at
+    the GPUs' datasheet memory bandwidth it moves 11-19 bytes per parameter of the whole model (a
+    memory-bound Adam step), against 26 times that if it were each layer's own. The step is then spread over
+    the layers by their parameters, which it reads and writes; a column that varies is per layer."""
+    if len(set(column)) > 1 or not sum(param_bytes):
+        return column
+    total = sum(param_bytes)
+    return [column[0] * b / total for b in param_bytes]
 
 
 def _measured_rows(measured: dict, model: str, gtype: str, mbs: int, tp: int, n: int) -> list[list[float]]:

@@ -49,6 +49,27 @@ def test_mixed_replicas_and_a_slow_path_between_nodes(tmp_path):
     assert cluster.paths, "Sailor measured 115 MB/s between some nodes whose interfaces are faster"
 
 
+def test_sailors_whole_model_optimizer_step_is_spread_over_the_layers_by_their_parameters(tmp_path):
+    """Sailor's third column carries the same figure in every layer (the whole model's step on one TP
+    member); summed over the imported layers it is that figure once, and the 54 M-parameter embedding
+    takes about four blocks' share."""
+    table = json.loads((DATA / "profiles_tmp.json").read_text())["OPT-350"]["GH-96"]["4"]["4"]
+    whole = table["0"][2]
+    assert {row[2] for row in table.values()} == {whole}
+    profile = import_run(GH / "plan_config_N4_D4.json", DATA, OPT).profile
+    updates = [l.update_s["gh200@tp4"] for l in profile.layers]
+    assert sum(updates) == pytest.approx(whole, rel=1e-9)
+    block, embedding = updates[5], updates[0]
+    assert embedding / block == pytest.approx(profile.layers[0].param_bytes / profile.layers[5].param_bytes)
+    assert 3.5 < embedding / block < 4.5
+
+
+def test_a_per_layer_optimizer_step_column_is_kept_per_layer():
+    from hetsim.sailor import _layer_updates
+    assert _layer_updates([1.0, 2.0, 3.0], [10, 10, 20]) == [1.0, 2.0, 3.0]
+    assert _layer_updates([3.0, 3.0, 3.0], [10, 10, 40]) == [0.5, 0.5, 2.0]
+
+
 def test_a_micro_batch_without_measured_times_is_named(tmp_path):
     doc = json.loads((GH / "plan_config_N4_D2.json").read_text())
     doc["mbs"] = 3
