@@ -106,7 +106,9 @@ class Plan:
     precision: str = "fp32"
     recompute: bool = False            # activation recomputation: a stage keeps only block inputs
     # Point-to-point sends between stages hold the sender until delivered (Megatron-LM's synchronous
-    # p2p), rather than overlapping with its next compute (NCCL isend, PipeDream).
+    # p2p), rather than overlapping with its next compute (NCCL isend, PipeDream). Under a schedule
+    # that lists its transfers (1f1b-deepspeed) it replaces the rendezvous: a send starts when its
+    # sender reaches it and holds the sender alone; the receiver waits only for the data.
     blocking_p2p: bool = False
 
     @property

@@ -5,8 +5,8 @@ measured per-layer times and its fitted network bandwidths. A Sailor plan is one
 `num_stages` stages; stage s has `dp[s]` data-parallel replicas, each a tensor-parallel group
 `[[[gpu_type, gpus_per_node, zone]], tp]`; training is synchronous 1F1B with a flush per iteration,
 gradients all-reduced across replicas, and gbs / (mbs x dp) micro-batches per pipeline. In hetsim
-terms: a micro-batch is a minibatch, a replica is a virtual worker, the schedule is 1f1b-deepspeed and
-the sync mode bsp.
+terms: a micro-batch is a minibatch, a replica is a virtual worker, the schedule is 1f1b-deepspeed with
+blocking_p2p and the sync mode bsp.
 
 Where the data lives (`--data DIR`): profiles_tmp.json (`[model][gpu][mbs][tp][layer] = [fwd_s, bwd_s,
 update_s]`; the update_s Sailor ships is the same in every layer, the whole model's step, which the
@@ -318,8 +318,9 @@ def _measured_rows(measured: dict, model: str, gtype: str, mbs: int, tp: int, n:
 
 def to_plan(run: SailorRun, model: str, optimizer: str) -> Plan:
     """Replica r of every stage forms virtual worker r: DeepSpeed's pipeline schedule (Sailor ran
-    Megatron-DeepSpeed, whose pipelines run on DeepSpeed's engine: lockstep 1F1B steps, each transfer a
-    blocking rendezvous), BSP all-reduce per stage."""
+    Megatron-DeepSpeed, whose pipelines run on DeepSpeed's engine: lockstep 1F1B steps) with blocking
+    sends (NCCL's: a send holds its sender until delivered, a receive waits only for the data; not the
+    rendezvous of gloo, which holds both), BSP all-reduce per stage."""
     _nodes, ids = _placement(run)
     dp = {len(run.replicas(s)) for s in range(run.stages)}
     if len(dp) != 1:
@@ -337,7 +338,7 @@ def to_plan(run: SailorRun, model: str, optimizer: str) -> Plan:
             stages.append(StageSpec(gpu=group[0], tp_gpus=tuple(group[1:]), layers=bounds[s]))
         vws.append(VirtualWorker(name=f"dp{r}", stages=tuple(stages)))
     return Plan(name=run.name, model=model, minibatch_size=run.mbs, nm=run.gbs // (run.mbs * n_dp),
-                schedule="1f1b-deepspeed", sync=SyncSpec(mode="bsp" if n_dp > 1 else "none"),
+                schedule="1f1b-deepspeed", blocking_p2p=True, sync=SyncSpec(mode="bsp" if n_dp > 1 else "none"),
                 virtual_workers=tuple(vws), cluster=f"sailor-{run.name}", optimizer=optimizer,
                 notes=f"imported from Sailor plan {run.name} (gbs {run.gbs}, mbs {run.mbs}, dp {n_dp})")
 

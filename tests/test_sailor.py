@@ -97,12 +97,14 @@ def test_predictions_on_sailors_runs_stay_within_the_published_errors(tmp_path):
     import pandas as pd
     rows = pd.read_csv(out)
     assert rows["error"].isna().all(), rows["error"].dropna().tolist()
-    for name, limit in (("gh200-opt350", 7.0), ("mit-opt350", 12.0)):
+    # (set, mean, max, Spearman): the mixed set's nine runs hold two near-ties (83.8 / 83.5 s, and the
+    # two identical 59.5 s records), so its rank correlation is the loosest of the three.
+    for name, mean, worst, rho in (("gh200-opt350", 7.0, 16.5, 0.95), ("mit-opt350", 5.0, 9.0, 0.9)):
         one = rows[rows["set"] == name]
         errors = one["time_err_pct"].abs()
         assert len(errors) == {"gh200-opt350": 15, "mit-opt350": 9}[name]
-        assert errors.mean() <= limit, (name, errors.mean())
-        assert one["predicted_iter_s"].rank().corr(one["measured_iter_s"].rank()) >= 0.95, name
+        assert errors.mean() <= mean and errors.max() <= worst, (name, errors.mean(), errors.max())
+        assert one["predicted_iter_s"].rank().corr(one["measured_iter_s"].rank()) >= rho, name
     gh = rows[rows["set"] == "gh200-opt350"]
     assert gh["mem_err_pct"].abs().mean() <= 6.0
 

@@ -192,7 +192,8 @@ def plan_partitions(plan, cluster, profile) -> list[VwPartition]:
     node's links, when the times leave them out). Transfers in and out count in full against each
     stage, as when point-to-point calls block (a stage with blocking_p2p waits out its sends); under a
     schedule of rendezvous transfers (DeepSpeed's: each holds sender and receiver until delivered)
-    both directions count, an activation and a gradient across each of the stage's boundaries."""
+    both directions count, an activation and a gradient across each of the stage's boundaries, unless
+    the plan's sends are blocking_p2p."""
     from hetsim.feasibility import plan_memory
     profile = profile.scaled_to_batch(plan.minibatch_size)
     topology = Topology(cluster)
@@ -213,7 +214,7 @@ def plan_partitions(plan, cluster, profile) -> list[VwPartition]:
                 nbytes.append(profile.cut_bytes(hi))
                 transfer.append(topology.route(stage.gpu, nxt).latency_s
                                 + nbytes[-1] / topology.bottleneck_Bps(stage.gpu, nxt))
-        stage_s = stage_seconds(compute, transfer, plan.schedule)
+        stage_s = stage_seconds(compute, transfer, plan.schedule, plan.blocking_p2p)
         parts.append(VwPartition(gpus=tuple(s.gpu for s in vw.stages),
                                  boundaries=(0, *(s.layers[1] for s in vw.stages)), compute_s=tuple(compute),
                                  transfer_s=tuple(transfer), transfer_bytes=tuple(nbytes),

@@ -229,11 +229,12 @@ def _describe(profile, gpus, bounds, topology, nm, schedule, copies, cache, tp: 
 
 
 def stage_seconds(compute: tuple[float, ...] | list[float], transfer: tuple[float, ...] | list[float],
-                  schedule: str) -> tuple[float, ...]:
+                  schedule: str, blocking_p2p: bool = False) -> tuple[float, ...]:
     """Each stage's seconds a minibatch: its compute and the transfers across its boundaries, counted
     once (a transfer holds its sender at most), or both ways under a schedule of rendezvous transfers
-    (DeepSpeed's: each holds sender and receiver until delivered, an activation and a gradient)."""
-    per = 2 if schedule_kind(schedule).explicit_p2p else 1
+    (DeepSpeed's: each holds sender and receiver until delivered, an activation and a gradient) unless
+    the plan's sends are `blocking_p2p` (then each holds its sender alone)."""
+    per = 2 if schedule_kind(schedule).explicit_p2p and not blocking_p2p else 1
     k = len(compute)
     return tuple(compute[s] + per * ((transfer[s - 1] if s else 0.0) + (transfer[s] if s + 1 < k else 0.0))
                  for s in range(k))

@@ -187,9 +187,10 @@ def deepspeed(req: OrderRequest) -> list[list[Action]]:
     """DeepSpeed's PipelineEngine TrainSchedule (deepspeed.runtime.pipe.schedule, as Megatron-DeepSpeed
     runs pipelines): 2(Nm + p - 1) lockstep steps per wave; on even steps even stages run a forward and
     odd stages a backward, and the other way round on odd steps. A step first does its transfers, each a
-    blocking call paired with the neighbour's: a forward step receives its activation then sends the
-    previous step's input gradient back; a backward step sends the previous step's activation on, then
-    receives its output gradient. Transfers are therefore part of the order (explicit_p2p), and a
+    blocking call paired with the neighbour's: a forward step sends the previous step's input gradient
+    back, then receives its activation; a backward step receives its output gradient, then sends the
+    previous step's activation on (the order of DeepSpeed's releases since early 2023; earlier ones ran
+    each pair the other way round). Transfers are therefore part of the order (explicit_p2p), and a
     stage's activation leaves only at its next step."""
     p = req.n_devices
 
@@ -200,11 +201,11 @@ def deepspeed(req: OrderRequest) -> list[list[Action]]:
             valid = 0 <= mb < count
             had = previous is not None
             if forward:
-                order += [Action("RECV_F", first + mb)] if valid and d > 0 else []
                 order += [Action("SEND_B", first + previous)] if had and d > 0 else []
+                order += [Action("RECV_F", first + mb)] if valid and d > 0 else []
             else:
-                order += [Action("SEND_F", first + previous)] if had and d < p - 1 else []
                 order += [Action("RECV_B", first + mb)] if valid and d < p - 1 else []
+                order += [Action("SEND_F", first + previous)] if had and d < p - 1 else []
             order += [Action("F" if forward else "B", first + mb)] if valid else []
             previous = mb if valid else None
         return order

@@ -145,7 +145,8 @@ def _build_stages(world: World, plan: Plan, profile: ModelProfile, rec: Recorder
                              tp_allreduce_bytes=0 if times.measured_tp else profile.stage_tp_allreduce_bytes(lo, hi),
                              update_s=times.update_s,
                              bwd_weight_s=times.bwd_s * WEIGHT_GRAD_FRACTION if kind.split_backward else 0.0,
-                             blocking_p2p=plan.blocking_p2p, rendezvous_p2p=kind.explicit_p2p,
+                             blocking_p2p=plan.blocking_p2p,
+                             rendezvous_p2p=kind.explicit_p2p and not plan.blocking_p2p,
                              first_device=spec.gpu == gpus[0]))
             for k, member in enumerate(spec.members):
                 m = world.cluster.gpu(member)

@@ -40,7 +40,8 @@ class Stage:
     update_s: float = 0.0              # optimizer step of this stage's weights
     bwd_weight_s: float = 0.0          # split backward (zero bubble): the W part of bwd_s; I runs the rest
     blocking_p2p: bool = False         # a send holds the stage until delivered (Plan.blocking_p2p)
-    rendezvous_p2p: bool = False       # a transfer starts once both sides reach it (registry explicit_p2p)
+    # A transfer starts once both sides reach it (registry explicit_p2p, unless Plan.blocking_p2p).
+    rendezvous_p2p: bool = False
     # On the VW's first device (virtual stage 0's GPU): its sync waits are the VW's, every chunk's,
     # as executor.measure counts the first rank's.
     first_device: bool = False

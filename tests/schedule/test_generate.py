@@ -131,13 +131,14 @@ def test_csv_round_trip_keeps_chunks():
 
 
 def test_deepspeed_literal_table_follows_its_lockstep_steps():
-    """DeepSpeed's TrainSchedule, worked by hand for 2 stages and 2 minibatches: the first stage sends
-    an activation one step after computing it; the last returns a gradient one step after its backward,
-    together with receiving the next activation."""
+    """DeepSpeed's TrainSchedule (its releases since early 2023), worked by hand for 2 stages and 2
+    minibatches: the first stage sends an activation one step after computing it, after receiving the
+    gradient that step's backward needs; the last returns a gradient one step after its backward,
+    before receiving the next activation."""
     s = build_schedule("1f1b-deepspeed", 2, 2, 1)
     text = lambda d: " ".join(str(a) for a in s.stages[d])
-    assert text(0) == "F0 SEND_F0 F1 SEND_F1 RECV_B0 B0 RECV_B1 B1 STEP0"
-    assert text(1) == "RECV_F0 F0 B0 RECV_F1 SEND_B0 F1 B1 SEND_B1 STEP0"
+    assert text(0) == "F0 SEND_F0 F1 RECV_B0 SEND_F1 B0 RECV_B1 B1 STEP0"
+    assert text(1) == "RECV_F0 F0 B0 SEND_B0 RECV_F1 F1 B1 SEND_B1 STEP0"
 
 
 def test_a_rendezvous_check_finds_the_deadlock_eager_sends_hide():

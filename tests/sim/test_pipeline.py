@@ -186,3 +186,21 @@ def test_deepspeed_middle_stages_add_four_transfers_per_minibatch():
     iteration = {m: m / run(p, c, plan(gpus, list(range(K + 1)), nm=m, schedule="1f1b-deepspeed"),
                             waves=6).throughput["minibatches_per_s"] for m in (8, 9)}
     assert iteration[9] - iteration[8] == pytest.approx(fwd + bwd + 4 * x, rel=1e-6)
+
+
+def test_deepspeed_with_blocking_sends_costs_a_middle_stage_three_transfers_per_minibatch():
+    """With `blocking_p2p` DeepSpeed's transfers are no rendezvous: a send holds its sender until
+    delivered and a receiver waits only for the data. A middle stage's forward step sends the last
+    gradient back (X), then waits for its activation, which the stage before sends only after taking
+    that gradient (its backward step receives, then sends): X more. Its backward step finds the next
+    gradient already there and sends the activation on (X). One more minibatch per wave adds
+    F + B + 3X, against 4X for the rendezvous."""
+    from dataclasses import replace
+    fwd, bwd, x = 0.010, 0.020, 0.004
+    c = cluster([K], intra_Bps=1e8)
+    p = profile(K, fwd, bwd, out_bytes=int(x * 1e8))
+    gpus = [[f"node0/gpu{i}" for i in range(K)]]
+    iteration = {m: m / run(p, c, replace(plan(gpus, list(range(K + 1)), nm=m, schedule="1f1b-deepspeed"),
+                                          blocking_p2p=True), waves=6).throughput["minibatches_per_s"]
+                 for m in (8, 9)}
+    assert iteration[9] - iteration[8] == pytest.approx(fwd + bwd + 3 * x, rel=1e-6)
