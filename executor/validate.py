@@ -24,6 +24,7 @@ from hetsim.errors import HetsimError
 from hetsim.gpu import GpuType
 from hetsim.plan import Plan, StageSpec, VirtualWorker
 from hetsim.profile import ModelProfile
+from hetsim.schedule.registry import schedule_kind
 from hetsim.units import GIB
 
 __all__ = ["run", "host_cluster", "onto_host", "with_optimizer_costs", "validate_plan", "available_cores",
@@ -164,6 +165,9 @@ def validate_plan(plan: Plan, *, model: str | None = None, model_kwargs: dict | 
         raise HetsimError(f"--device {device}: torch sees no CUDA device on this host; use cpu")
     # The plan rules every command enforces, in the plan's own GPU names, before a minute of measuring.
     check_job_plan(plan, None, model or plan.model, model_kwargs)
+    if plan.blocking_p2p and schedule_kind(plan.schedule).explicit_p2p:
+        raise HetsimError(f"blocking_p2p: under {plan.schedule} it predicts sends that hold their sender alone, "
+                          "but the executor's transfers are rendezvous holding both ends; drop it to validate")
     plan, names = onto_host(plan)
     model = model or plan.model
     unknown = sorted(g for g in (slowdown or {}) if g not in names and g not in names.values())

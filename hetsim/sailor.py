@@ -286,7 +286,7 @@ def to_profile(run: SailorRun, model: str, shape: TransformerShape, data: Path |
 def _layer_updates(column: list[float], param_bytes: list[int]) -> list[float]:
     """Per-layer optimizer-step seconds from Sailor's third column. Where every layer carries the same
     figure (all 213 tables Sailor ships), it is the whole model's step on one GPU of the TP group: at
-    the GPUs' datasheet memory bandwidth it moves 11-19 bytes per parameter of the whole model (a
+    the GPUs' datasheet memory bandwidth it moves 11-19 bytes per parameter of the model's TP shard (a
     memory-bound Adam step), against 26 times that if it were each layer's own. The step is then spread over
     the layers by their parameters, which it reads and writes; a column that varies is per layer."""
     if len(set(column)) > 1 or not sum(param_bytes):
@@ -319,8 +319,9 @@ def _measured_rows(measured: dict, model: str, gtype: str, mbs: int, tp: int, n:
 def to_plan(run: SailorRun, model: str, optimizer: str) -> Plan:
     """Replica r of every stage forms virtual worker r: DeepSpeed's pipeline schedule (Sailor ran
     Megatron-DeepSpeed, whose pipelines run on DeepSpeed's engine: lockstep 1F1B steps) with blocking
-    sends (NCCL's: a send holds its sender until delivered, a receive waits only for the data; not the
-    rendezvous of gloo, which holds both), BSP all-reduce per stage."""
+    sends (a send holds its sender until delivered, a receive waits only for the data), BSP all-reduce
+    per stage. Blocking sends rather than gloo's rendezvous, which holds both ends, is a choice checked
+    against Sailor's measured runs (experiments/peers/sailor/README.md), not a verified NCCL property."""
     _nodes, ids = _placement(run)
     dp = {len(run.replicas(s)) for s in range(run.stages)}
     if len(dp) != 1:

@@ -98,7 +98,7 @@ def test_predictions_on_sailors_runs_stay_within_the_published_errors(tmp_path):
     rows = pd.read_csv(out)
     assert rows["error"].isna().all(), rows["error"].dropna().tolist()
     # (set, mean, max, Spearman): the mixed set's nine runs hold two near-ties (83.8 / 83.5 s, and the
-    # two identical 59.5 s records), so its rank correlation is the loosest of the three.
+    # two identical 59.5 s records), so its rank correlation is the looser of the two.
     for name, mean, worst, rho in (("gh200-opt350", 7.0, 16.5, 0.95), ("mit-opt350", 5.0, 9.0, 0.9)):
         one = rows[rows["set"] == name]
         errors = one["time_err_pct"].abs()

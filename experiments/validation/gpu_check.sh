@@ -1,16 +1,30 @@
 #!/usr/bin/env bash
 # The CUDA checks, as one command for a machine with a GPU and no network (docs/validation.md, "On a GPU").
-# Writes five files to $OUT (default experiments/results/gpu): env.txt, pytest_cuda.txt, the
-# quick suite's validation_cuda_quick.{csv,md} and tp.tgz (the TP plans' prediction/measurement reports).
-# Python packages the machine lacks (simpy at least) travel as wheels in .whl/ (see the docs).
-# DEVICE=cpu runs the same steps on CPU ranks (a check of this script where there is no GPU).
+# Writes at most seven files to $OUT (default experiments/results/gpu; a relative OUT is taken from the
+# repository root): env.txt, steps.txt (each step's exit status; the suite's is 1 when it misses its
+# error targets), pytest_cuda.txt, the quick suite's
+# validation_cuda_quick.{csv,md}, and tp2_gpt.tgz, pp2_tp2_gpt.tgz (each TP plan's prediction and
+# measurement reports, archived as soon as it ends). Each step has a time limit, so that what finished
+# comes back from a 10-minute call. Python packages the machine lacks (simpy at least) travel as wheels
+# in .whl/ (see the docs). DEVICE=cpu runs the same steps on CPU ranks (a check of this script; give
+# it SCALE=4, which multiplies the time limits).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-experiments/results/gpu}
 DEVICE=${DEVICE:-cuda}
-WAVES=${WAVES:-20}
+WAVES=${WAVES:-12}
+SCALE=${SCALE:-1}
 mkdir -p "$OUT"
 work=$(mktemp -d)
+: >"$OUT/steps.txt"
+failed=0
+step() {                                      # step NAME SECONDS COMMAND...: run, time-limited, and record
+    local name=$1 limit=$2; shift 2
+    timeout "$((limit * SCALE))" "$@"
+    local rc=$?
+    echo "$name: exit $rc" >>"$OUT/steps.txt"
+    [ "$rc" -eq 0 ] || failed=1
+}
 if compgen -G ".whl/*.whl" >/dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
     export PYTHONPATH=/tmp/site:$PWD
@@ -19,22 +33,25 @@ else
 fi
 export PYTHONUNBUFFERED=1
 
-{ date -u; nvidia-smi -L 2>/dev/null; python3 -c "import torch; print('torch', torch.__version__, 'cuda',
+{ date -u; nvidia-smi -L 2>&1; python3 -c "import torch; print('torch', torch.__version__, 'cuda',
 torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else '-')"; } >"$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
 
-python3 -m pytest -q -p no:cacheprovider tests/executor/test_exec_cuda.py >"$OUT/pytest_cuda.txt" 2>&1
+step pytest_cuda 120 bash -c "python3 -m pytest -q -p no:cacheprovider tests/executor/test_exec_cuda.py >'$OUT/pytest_cuda.txt' 2>&1"
 tail -3 "$OUT/pytest_cuda.txt"
 
-python3 experiments/validation/run.py --device "$DEVICE" --quick --out "$work" --stem validation_cuda_quick
-cp "$work"/validation_cuda_quick.csv "$work"/validation_cuda_quick.md "$OUT"/ 2>/dev/null
+step quick_suite 240 python3 experiments/validation/run.py --device "$DEVICE" --quick --out "$work" \
+    --stem validation_cuda_quick
+cp "$work"/validation_cuda_quick.csv "$work"/validation_cuda_quick.md "$OUT"/ || failed=1
 
 # Tensor parallelism on the device: every rank shares this machine's GPU(s); the memory is the ranks' peak
 # allocation (torch.cuda.max_memory_allocated) where they run on CUDA.
 for plan in tp2_gpt pp2_tp2_gpt; do
-    python3 -m hetsim validate --plan "experiments/validation/plans/$plan.json" --device "$DEVICE" \
-        --model-arg n_layer=2 --model-arg seq_len=128 --waves "$WAVES" --quiet --out "$work/$plan" \
-        | tee "$work/$plan.txt"
+    step "$plan" 120 bash -c "set -o pipefail; python3 -m hetsim validate --plan experiments/validation/plans/$plan.json \
+        --device '$DEVICE' --model-arg n_layer=2 --model-arg seq_len=128 --waves '$WAVES' --quiet \
+        --out '$work/$plan' | tee '$work/$plan.txt'"
+    tar czf "$OUT/$plan.tgz" -C "$work" "$plan" "$plan.txt" || failed=1
 done
-tar czf "$OUT/tp.tgz" -C "$work" tp2_gpt tp2_gpt.txt pp2_tp2_gpt pp2_tp2_gpt.txt 2>/dev/null
+cat "$OUT/steps.txt"
 ls -l "$OUT"
+exit "$failed"

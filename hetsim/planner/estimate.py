@@ -192,8 +192,8 @@ def plan_partitions(plan, cluster, profile) -> list[VwPartition]:
     node's links, when the times leave them out). Transfers in and out count in full against each
     stage, as when point-to-point calls block (a stage with blocking_p2p waits out its sends); under a
     schedule of rendezvous transfers (DeepSpeed's: each holds sender and receiver until delivered)
-    both directions count, an activation and a gradient across each of the stage's boundaries, unless
-    the plan's sends are blocking_p2p."""
+    both directions count, an activation and a gradient across each of the stage's boundaries (with
+    blocking_p2p: see hetero.stage_seconds)."""
     from hetsim.feasibility import plan_memory
     profile = profile.scaled_to_batch(plan.minibatch_size)
     topology = Topology(cluster)

@@ -232,12 +232,18 @@ def stage_seconds(compute: tuple[float, ...] | list[float], transfer: tuple[floa
                   schedule: str, blocking_p2p: bool = False) -> tuple[float, ...]:
     """Each stage's seconds a minibatch: its compute and the transfers across its boundaries, counted
     once (a transfer holds its sender at most), or both ways under a schedule of rendezvous transfers
-    (DeepSpeed's: each holds sender and receiver until delivered, an activation and a gradient) unless
-    the plan's sends are `blocking_p2p` (then each holds its sender alone)."""
-    per = 2 if schedule_kind(schedule).explicit_p2p and not blocking_p2p else 1
+    (DeepSpeed's: each holds sender and receiver until delivered, an activation and a gradient). With
+    the plan's `blocking_p2p` DeepSpeed's sends hold their sender alone, but a forward step's activation
+    leaves the stage before only once that stage has taken the gradient sent back: the boundary in
+    counts twice, the boundary out once (tests/sim/test_pipeline.py derives it)."""
     k = len(compute)
-    return tuple(compute[s] + per * ((transfer[s - 1] if s else 0.0) + (transfer[s] if s + 1 < k else 0.0))
-                 for s in range(k))
+    before = lambda s: transfer[s - 1] if s else 0.0
+    after = lambda s: transfer[s] if s + 1 < k else 0.0
+    if not schedule_kind(schedule).explicit_p2p:
+        return tuple(compute[s] + before(s) + after(s) for s in range(k))
+    if blocking_p2p:
+        return tuple(compute[s] + 2 * before(s) + after(s) for s in range(k))
+    return tuple(compute[s] + 2 * (before(s) + after(s)) for s in range(k))
 
 
 def _no_fit(profile, gpus, nm, schedule, copies, tp: int = 1) -> str:

@@ -38,7 +38,8 @@ class ScheduleKind:
     virtual_stages: bool = False    # a plan lists p x v stages, GPU of stage j = GPU of stage j mod p
     split_backward: bool = False    # backward runs as I (input gradient) then W (weight gradient)
     # The order lists its own sends and receives (where the runtime puts them), and each transfer is a
-    # rendezvous: it starts once sender and receiver have both reached it, and holds both until done.
+    # rendezvous: it starts once sender and receiver have both reached it, and holds both until done
+    # (a plan's blocking_p2p makes each send hold its sender alone; the deadlock check stays strict).
     explicit_p2p: bool = False
 
 
@@ -80,7 +81,8 @@ REGISTRY: dict[str, ScheduleKind] = {kind.name: kind for kind in (
                  split_backward=True),
     ScheduleKind(name="1f1b-deepspeed",
                  description="DeepSpeed's pipeline engine: lockstep 1F1B steps, each transfer a blocking "
-                             "rendezvous with the neighbour; flush",
+                             "rendezvous with the neighbour (blocking_p2p: a send holds its sender alone); "
+                             "flush",
                  orders=orders.deepspeed, sync_modes=("none", "bsp"), in_flight=_one_f_one_b_rule,
                  explicit_p2p=True),
 )}

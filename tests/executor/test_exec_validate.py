@@ -226,3 +226,15 @@ def test_the_validation_suite_has_24_plans_or_more_over_every_zoo_family_each_cu
         n_layers = len(modelzoo.layer_graph(net))
         for vw in case.plan.virtual_workers:
             assert vw.stages[0].layers[0] == 0 and vw.stages[-1].layers[1] == n_layers, case.name
+
+
+def test_a_deepspeed_plan_with_blocking_sends_is_refused_before_any_measuring():
+    """The executor's DeepSpeed transfers are gloo rendezvous; a prediction of NCCL-like blocking sends
+    would be compared with something else."""
+    from dataclasses import replace
+
+    from executor.validate import validate_plan
+    from hetsim.errors import HetsimError
+    plan = replace(mlp_plan([[0, 4, 9]], nm=2, schedule="1f1b-deepspeed"), blocking_p2p=True)
+    with pytest.raises(HetsimError, match="^blocking_p2p: under 1f1b-deepspeed .* drop it to validate$"):
+        validate_plan(plan, waves=4, warmup_waves=1)

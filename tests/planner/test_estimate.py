@@ -81,14 +81,18 @@ def test_bsp_pipelines_cost_a_flush_wave_plus_the_all_reduce_left_after_the_back
         assert abs(estimate - simulated) < abs(wsp - simulated) / 3
 
 
-def _deepspeed_iteration_s(stages: int, m: int, x: float, fwd: float = 0.010, bwd: float = 0.020) -> tuple[float, float]:
+def _deepspeed_iteration_s(stages: int, m: int, x: float, fwd: float = 0.010, bwd: float = 0.020,
+                           blocking: bool = False) -> tuple[float, float]:
     """(estimated, simulated) seconds per iteration of one DeepSpeed pipeline, transfers X long."""
+    from dataclasses import replace
+
     import hetsim
     from conftest import plan, profile
     from hetsim.planner.estimate import bsp_estimate, plan_partitions
     c = cluster([stages], intra_Bps=1e8)
     p = profile(stages, fwd, bwd, out_bytes=int(x * 1e8))
     pl = plan([[f"node0/gpu{i}" for i in range(stages)]], list(range(stages + 1)), nm=m, schedule="1f1b-deepspeed")
+    pl = replace(pl, blocking_p2p=blocking)
     estimate = bsp_estimate(plan_partitions(pl, c, p), m, 0, 1.0).minibatches_per_s
     return m / estimate, m / hetsim.simulate(c, p, pl, waves=6, trace=False).throughput["minibatches_per_s"]
 
@@ -110,3 +114,22 @@ def test_the_estimate_charges_a_deepspeed_middle_stage_four_transfers_per_miniba
     assert e9 - e8 == pytest.approx(0.030 + 4 * 0.004, rel=1e-9)
     assert s9 - s8 == pytest.approx(e9 - e8, rel=1e-6)
     assert e8 == pytest.approx(s8, rel=0.02)
+
+
+@pytest.mark.parametrize("m", [1, 5, 9])
+def test_the_estimate_of_two_deepspeed_stages_with_blocking_sends_is_the_simulated_iteration(m):
+    """With blocking_p2p the last stage costs F + B + 2X a minibatch (its gradient send, and the
+    activation that leaves the stage before only after taking that gradient): exact on two stages."""
+    estimated, simulated = _deepspeed_iteration_s(2, m, 0.004, blocking=True)
+    assert estimated == pytest.approx(simulated, rel=1e-9)
+
+
+@pytest.mark.parametrize("m", [5, 8])
+def test_the_estimate_charges_a_blocking_deepspeed_middle_stage_three_transfers(m):
+    """A middle stage: its two sends and the activation it waits for, F + B + 3X per further
+    minibatch in both; the fills differ by one transfer."""
+    (e, s), (e1, s1) = (_deepspeed_iteration_s(4, m, 0.004, blocking=True),
+                        _deepspeed_iteration_s(4, m + 1, 0.004, blocking=True))
+    assert e1 - e == pytest.approx(0.030 + 3 * 0.004, rel=1e-9)
+    assert s1 - s == pytest.approx(e1 - e, rel=1e-9)
+    assert e - s == pytest.approx(0.004, rel=1e-6)

@@ -165,8 +165,8 @@ def test_deepspeed_lockstep_pipeline_with_free_links_takes_1f1b_time(m):
 
 @pytest.mark.parametrize("m", [1, 3, 8])
 def test_deepspeed_two_stages_wait_out_each_transfer_in_turn(m):
-    """Two stages, each transfer X long and a rendezvous: the first stage sends an activation and then
-    receives a gradient, one after the other, every minibatch: (m + 1)(F + B) + 2 m X per iteration.
+    """Two stages, each transfer X long and a rendezvous: the first stage receives a gradient and then
+    sends an activation, one after the other, every minibatch: (m + 1)(F + B) + 2 m X per iteration.
     Eager sends would hide the transfers behind the other stage's compute."""
     fwd, bwd, x = 0.010, 0.020, 0.004
     c = cluster([2], intra_Bps=1e8)
