@@ -287,8 +287,9 @@ def _layer_updates(column: list[float], param_bytes: list[int]) -> list[float]:
     """Per-layer optimizer-step seconds from Sailor's third column. Where every layer carries the same
     figure (all 213 tables Sailor ships), it is the whole model's step on one GPU of the TP group: at
     the GPUs' datasheet memory bandwidth it moves 11-19 bytes per parameter of the model's TP shard (a
-    memory-bound Adam step), against 26 times that if it were each layer's own. The step is then spread over
-    the layers by their parameters, which it reads and writes; a column that varies is per layer."""
+    memory-bound Adam step), against 26 times that if it were each layer's own. The step is then
+    spread over the layers by their parameters, which it reads and writes; a column that varies is
+    per layer."""
     if len(set(column)) > 1 or not sum(param_bytes):
         return column
     total = sum(param_bytes)
