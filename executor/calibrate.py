@@ -24,7 +24,7 @@ from executor.stage import StageModel
 from executor.wsp import WspClient
 from hetsim.plan import ASYNC_SCHEDULES
 
-__all__ = ["optimizer_seconds", "link_speed", "handoff_delay", "wake_delays"]
+__all__ = ["optimizer_seconds", "link_speed", "handoff_delay", "wake_delays", "busy_wait"]
 
 
 def optimizer_seconds(model: str, *, schedule: str, nm: int, wsp: bool, bsp: bool = False, repeats: int = 9,
@@ -236,7 +236,8 @@ def wake_delays(spinners: int, rounds: int = 40, compute_s: float = 0.004) -> li
     return [woke - sent for sent, woke in zip(stamps[1], stamps[0])]
 
 
-def _busy(seconds: float) -> None:
+def busy_wait(seconds: float) -> None:
+    """Keep this thread's core busy for `seconds` (a rank computing, in the probes)."""
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
         pass
@@ -244,7 +245,7 @@ def _busy(seconds: float) -> None:
 
 def _spin_until(stop) -> None:
     while not stop.is_set():
-        _busy(0.001)
+        busy_wait(0.001)
 
 
 def _hand_offs(rank: int, path: str, rounds: int, compute_s: float, out) -> None:
@@ -257,13 +258,13 @@ def _hand_offs(rank: int, path: str, rounds: int, compute_s: float, out) -> None
     buf, stamps = torch.zeros(2), []
     for k in range(rounds + 1):                 # the first exchange sets up the pair
         if rank == 1:
-            _busy(compute_s)
+            busy_wait(compute_s)
             stamp = time.monotonic()
             dist.send(buf, 0)
         else:
             dist.recv(buf, 1)
             stamp = time.monotonic()
-            _busy(compute_s / 4)
+            busy_wait(compute_s / 4)
         if k:
             stamps.append(stamp)
     out.put((rank, stamps))

@@ -17,6 +17,9 @@ import statistics
 import time
 from pathlib import Path
 
+from executor.calibrate import busy_wait
+from executor.children import die_with_parent, next_result
+
 GAPS = (("back to back", None, 0.0), ("after 29 ms asleep", "sleep", 0.029), ("after 29 ms busy", "spin", 0.029),
         ("after 5 ms busy", "spin", 0.005))
 
@@ -25,14 +28,13 @@ def _gap(kind: str | None, seconds: float) -> None:
     if kind == "sleep":
         time.sleep(seconds)
     elif kind == "spin":
-        end = time.perf_counter() + seconds
-        while time.perf_counter() < end:
-            pass
+        busy_wait(seconds)
 
 
 def _rank(rank: int, n: int, nbytes: int, repeats: int, path: str, results) -> None:
     import torch
     import torch.distributed as dist
+    die_with_parent()
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{path}", rank=rank, world_size=n)
     t = torch.ones(nbytes // 4)
@@ -68,9 +70,13 @@ def measure(n: int, nbytes: int, repeats: int) -> dict[int, dict]:
     procs = [ctx.Process(target=_rank, args=(r, n, nbytes, repeats, path, results)) for r in range(n)]
     for p in procs:
         p.start()
-    got = dict(results.get(timeout=600) for _ in procs)
-    for p in procs:
-        p.join()
+    try:
+        got = dict(next_result(results, procs, 600.0, "collective_gap") for _ in procs)
+    finally:
+        for p in procs:
+            p.join(timeout=5.0)
+            if p.is_alive():
+                p.kill()
     Path(path).unlink(missing_ok=True)
     return got
 
