@@ -69,16 +69,19 @@ def available_cores(seconds: float = 1.0) -> float:
 
 
 def host_cluster(n_ranks: int, cores: float | None, link_Bps: float, latency_s: float,
-                 colocated_work: float = 1.0, device_type: GpuType = CPU_TYPE) -> Cluster:
+                 colocated_work: float = 1.0, device_type: GpuType = CPU_TYPE,
+                 copy_cores: int | None = None) -> Cluster:
     """This machine: one node with `n_ranks` CPU rank slots host/gpu0.. sharing `cores` cores, linked
     by gloo over loopback with the given bandwidth and per-message latency; compute costs
     `colocated_work` times its profiled CPU work there (see executor.colocation). On CUDA the slots
-    are of `device_type` and `cores` is how many ranks the shared GPU runs at once (None: a GPU each)."""
+    are of `device_type` and `cores` is how many ranks the shared GPU runs at once (None: a GPU each),
+    while `copy_cores` host cores move their messages (hetsim.cluster.Node.copy_cores)."""
     slots = tuple(GpuSlot(id=f"host/gpu{i}", node="host", index=i, type=device_type) for i in range(n_ranks))
     link = LinkSpec(kind="loopback", bandwidth_Bps=link_Bps, latency_s=latency_s)
     name = f"this_host_{cores if cores is not None else 'dedicated'}_cores_{latency_s * 1e6:.0f}us_work_x{colocated_work:.3f}"
     return Cluster(name=name, nodes=(Node(name="host", gpus=slots, intra_link=link, shared_cores=cores,
-                                          colocated_work=colocated_work),),
+                                          colocated_work=colocated_work,
+                                          copy_cores=copy_cores if cores is not None else None),),
                    network=link, ps_nodes=("host",), description="this host; devices are executor ranks")
 
 
@@ -197,6 +200,8 @@ def validate_plan(plan: Plan, *, model: str | None = None, model_kwargs: dict | 
     measurement.training["predicted_work_s_per_minibatch"] = {   # a TP member's: the stage's over t
         g: sum(predicted_with.stage_times(key, *s.layers)) / s.tp * cluster.nodes[0].colocated_work
         for vw in plan.virtual_workers for s in vw.stages for g in s.members}
+    if device != "cpu":
+        measurement.training["gpu_concurrency"] = cluster.nodes[0].shared_cores
     errors = [abs(w.error_pct) for w in work_rows(measurement) if w.error_pct is not None]
     measurement.training["cpu_work_drift"] = {"max_abs_error_pct": round(max(errors, default=0.0), 1),
                                               "tolerance_pct": WORK_DRIFT_PCT}
@@ -204,15 +209,13 @@ def validate_plan(plan: Plan, *, model: str | None = None, model_kwargs: dict | 
     if device == "cpu":
         measurement.training["cores_available"] = {"before": cluster.nodes[0].shared_cores,
                                                    "after": available_cores()}
-    else:
-        measurement.training["gpu_concurrency"] = cluster.nodes[0].shared_cores
     measurement.training["colocated_work"] = cluster.nodes[0].colocated_work
     measurement.training["handoff_s"] = handoff_s     # part of the link latency the prediction used
     if handoff_s:
         # What the hand-off is worth in this run: the same prediction with the link's latency alone.
         node = cluster.nodes[0]
         alone = host_cluster(len(node.gpus), node.shared_cores, node.intra_link.bandwidth_Bps,
-                             node.intra_link.latency_s - handoff_s, node.colocated_work)
+                             node.intra_link.latency_s - handoff_s, node.colocated_work, copy_cores=node.copy_cores)
         measurement.training["predicted_samples_s_without_handoff"] = hetsim.simulate(
             alone, predicted_with, plan, waves=waves, warmup_waves=warmup_waves, seed=seed,
             slowdown=slowdown).throughput["samples_per_s"]
@@ -243,8 +246,9 @@ def _host_now(plan: Plan, model: str, model_kwargs, slowdown, cores, link_Bps, l
         if cores is None and len(ranks) > gpu_count():
             cores = round(gpu_concurrency(model, [s.layers for s, _ in ranks], batch=plan.minibatch_size,
                                           model_kwargs=model_kwargs, device=device, **probes), 2)
+        # The shared GPU computes; gloo's copies through host memory run on the host's cores.
         return host_cluster(len(dict.fromkeys(plan.gpus)), cores, link_Bps, latency_s, colocated_work or 1.0,
-                            cuda_type(device)), 0.0
+                            cuda_type(device), copy_cores=os.cpu_count() or 1), 0.0
     if colocated_work is None:
         from executor.colocation import colocation_factor
         colocated_work = colocation_factor(model, [s.layers for s, _ in ranks], batch=plan.minibatch_size,
@@ -293,23 +297,28 @@ def load_changed(measurement, tolerance: float = LOAD_TOLERANCE) -> str | None:
 
 
 def work_drift(measurement, tolerance: float = WORK_DRIFT_PCT) -> str | None:
-    """A warning when some rank's measured CPU work per minibatch differs from the profile's prediction
+    """A warning when some rank's measured work per minibatch differs from the profile's prediction
     by more than `tolerance` percent: the profile around the run did not describe the work the ranks did."""
     drifted = [w for w in work_rows(measurement) if w.error_pct is not None and abs(w.error_pct) > tolerance]
     if not drifted:
         return None
     worst = max(drifted, key=lambda w: abs(w.error_pct))
-    return (f"{len(drifted)} rank(s) did CPU work differing from the profile's by more than {tolerance:g}% "
-            f"(worst {worst.metric.split(' CPU work')[0]}: {worst.predicted:.1f} ms predicted, {worst.measured:.1f} "
+    return (f"{len(drifted)} rank(s) did work differing from the profile's by more than {tolerance:g}% "
+            f"(worst {worst.metric.rsplit(' ', 3)[0]}: {worst.predicted:.1f} ms predicted, {worst.measured:.1f} "
             f"measured, {worst.error_pct:+.1f}%): the prediction's inputs, not the simulator, may explain its error")
 
 
 def work_rows(measurement) -> list:
-    """Per rank: profiled CPU work per minibatch vs the CPU work the executor's ranks measured (thread
-    CPU time of forward, backward and optimiser, without emulation): independent of host load."""
+    """Per rank: profiled work per minibatch vs the work the executor's ranks measured (thread CPU time
+    of forward, backward and optimiser on CPU, without emulation: independent of host load; GPU time
+    on a GPU of its own). None for ranks sharing one GPU: a rank's GPU time there includes the other
+    ranks' turns on it, so it does not tell whether the profile described the work."""
     from hetsim.compare import Comparison
+    if measurement.training.get("gpu_concurrency"):
+        return []
     cpu = measurement.training["compute_work_s_per_minibatch"]
-    return [Comparison(metric=f"{g.id} [{g.vw} s{g.stage}{f' tp{g.tp}' if g.tp > 1 else ''}] CPU work ms/minibatch",
+    what = "CPU" if measurement.settings.get("device", "cpu") == "cpu" else "GPU"
+    return [Comparison(metric=f"{g.id} [{g.vw} s{g.stage}{f' tp{g.tp}' if g.tp > 1 else ''}] {what} work ms/minibatch",
                        predicted=1e3 * measurement.training["predicted_work_s_per_minibatch"][g.id],
                        measured=1e3 * cpu[g.id]) for g in measurement.gpus]
 

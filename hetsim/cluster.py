@@ -53,6 +53,10 @@ class Node:
     # With shared_cores: compute there costs this many times its profiled CPU work, because the
     # processes evict each other's data from the per-core caches (executor.colocation measures it).
     colocated_work: float = 1.0
+    # With shared_cores: the cores that copy messages between the processes (gloo through host
+    # memory), where they are not the shared ones that compute: ranks sharing one GPU compute on it
+    # while the host's cores move their messages. None: the shared cores do both (CPU ranks).
+    copy_cores: int | None = None
     # This node's own network interface, where it differs from the cluster's `network` (a node on a
     # slower NIC or switch port); None: the cluster's.
     nic: LinkSpec | None = None
@@ -158,7 +162,8 @@ def _path(f: Fields, names: list[str]) -> NodePath:
 
 
 def _node(f: Fields, types: dict[str, GpuType]) -> Node:
-    f.reject_unknown({"name", "gpus", "intra_link", "shared_cores", "colocated_work", "network", "nic_per_gpu"})
+    f.reject_unknown({"name", "gpus", "intra_link", "shared_cores", "colocated_work", "copy_cores", "network",
+                      "nic_per_gpu"})
     name = f.text("name")
     if "/" in name:
         raise f.error("name", f"{name!r} must not contain '/'")
@@ -181,10 +186,13 @@ def _node(f: Fields, types: dict[str, GpuType]) -> Node:
     colocated = f.number("colocated_work", 1.0, positive=True)
     if colocated != 1.0 and cores is None:
         raise f.error("colocated_work", "applies to processes sharing cores; set shared_cores too")
+    copy_cores = f.number("copy_cores", None, positive=True, integer=True)
+    if copy_cores is not None and cores is None:
+        raise f.error("copy_cores", "applies to processes sharing cores; set shared_cores too")
     nic = _link(f.sub("network")) if f.has("network") else None
     per_gpu = f.flag("nic_per_gpu")
     return Node(name=name, gpus=tuple(slots), intra_link=_link(f.sub("intra_link")), shared_cores=cores,
-                colocated_work=colocated, nic=nic, nic_per_gpu=per_gpu)
+                colocated_work=colocated, copy_cores=copy_cores, nic=nic, nic_per_gpu=per_gpu)
 
 
 def _link(f: Fields) -> LinkSpec:

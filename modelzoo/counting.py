@@ -23,6 +23,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from hetsim.derive import LayerCost
 from hetsim.profile import LayerProfile, ModelProfile
 from modelzoo import MODEL_INPUT, LayerGraph, build, layer_graph
+from modelzoo.attention import counted_attention
 from modelzoo.saved import count_saved
 
 __all__ = ["count_model", "count_graph", "counted_profile"]
@@ -43,20 +44,22 @@ class _ByteCounter(TorchDispatchMode):
         return out
 
 
-def count_model(model: str, batch: int, **model_kwargs) -> list[LayerCost]:
-    """Counts for every layer of a modelzoo model at `batch` (built on the meta device)."""
+def count_model(model: str, batch: int, *, attention: str = "fused", **model_kwargs) -> list[LayerCost]:
+    """Counts for every layer of a modelzoo model at `batch` (built on the meta device), attention
+    counted `attention` (modelzoo.attention: "fused" as PyTorch runs it on a GPU, or "materialized")."""
     module, example = build(model, batch=batch, device="meta", **model_kwargs)
-    return count_graph(layer_graph(module), example)
+    return count_graph(layer_graph(module), example, attention=attention)
 
 
-def counted_profile(model: str, batch: int, **model_kwargs) -> tuple[ModelProfile, list[LayerCost]]:
+def counted_profile(model: str, batch: int, *, attention: str = "fused",
+                    **model_kwargs) -> tuple[ModelProfile, list[LayerCost]]:
     """A profile with every layer's kind, parameter, output and saved bytes (with their tensor-parallel
     shares), FLOPs and edges but no times yet (add them with hetsim.derive.derive_profile), and the
-    counts to derive them from."""
+    counts to derive them from, attention counted `attention` (see count_model)."""
     module, example = build(model, batch=batch, device="meta", **model_kwargs)
     graph = layer_graph(module)
     outputs: list[int] = []
-    costs = count_graph(graph, example, output_bytes=outputs)
+    costs = count_graph(graph, example, output_bytes=outputs, attention=attention)
     saved = count_saved(graph, example)
     layers = tuple(LayerProfile(name=graph.names[i], kind=graph.kinds[i], param_bytes=graph.param_bytes(i),
                                 output_bytes=outputs[i], fwd_s={}, bwd_s={}, flops_fwd=costs[i].flops_fwd,
@@ -76,9 +79,15 @@ def _kwargs_text(kwargs: dict) -> str:
     return f" ({', '.join(f'{k}={v}' for k, v in sorted(kwargs.items()))})" if kwargs else ""
 
 
-def count_graph(graph: LayerGraph, example: torch.Tensor, *, output_bytes: list[int] | None = None) -> list[LayerCost]:
-    """Counts for every layer of `graph` on `example`'s device (use meta: nothing is computed).
-    Appends each layer's output bytes to `output_bytes` when given."""
+def count_graph(graph: LayerGraph, example: torch.Tensor, *, output_bytes: list[int] | None = None,
+                attention: str = "fused") -> list[LayerCost]:
+    """Counts for every layer of `graph` on `example`'s device (use meta: nothing is computed), attention
+    counted `attention` (see count_model). Appends each layer's output bytes to `output_bytes` when given."""
+    with counted_attention(attention):
+        return _count_graph(graph, example, output_bytes)
+
+
+def _count_graph(graph: LayerGraph, example: torch.Tensor, output_bytes: list[int] | None) -> list[LayerCost]:
     graph.layers.train()
     leaves: dict[int, torch.Tensor] = {MODEL_INPUT: example}
     forward = []

@@ -11,6 +11,7 @@ import torch
 
 from hetsim.derive import cost_from_ops
 from modelzoo import MODEL_INPUT, build, layer_graph
+from modelzoo.attention import check_attention, counted_attention
 
 __all__ = ["split_by_kernel_class", "COMPOSITE_KINDS"]
 
@@ -18,10 +19,12 @@ __all__ = ["split_by_kernel_class", "COMPOSITE_KINDS"]
 COMPOSITE_KINDS = ("Block",)
 
 
-def split_by_kernel_class(model: str, batch: int, costs: list, **model_kwargs) -> list:
-    """`costs` (modelzoo.counting's, same model and batch) with each COMPOSITE_KINDS layer's work split
-    by kernel class (hetsim.derive.LayerCost.parts): counted per aten operation on the meta device,
-    the way modelzoo.counting counts the layer (detached input, backward from a ones gradient)."""
+def split_by_kernel_class(model: str, batch: int, costs: list, *, attention: str = "fused", **model_kwargs) -> list:
+    """`costs` (modelzoo.counting's, same model, batch and `attention`) with each COMPOSITE_KINDS layer's
+    work split by kernel class (hetsim.derive.LayerCost.parts): counted per aten operation on the meta
+    device, the way modelzoo.counting counts the layer (detached input, backward from a ones gradient),
+    attention counted `attention` (modelzoo.attention)."""
+    check_attention(attention)
     if not any(c.kind in COMPOSITE_KINDS for c in costs):
         return costs
     module, example = build(model, batch=batch, device="meta", **model_kwargs)
@@ -32,7 +35,8 @@ def split_by_kernel_class(model: str, batch: int, costs: list, **model_kwargs) -
         inputs = [outputs[p] for p in graph.preds[i]]
         if cost.kind in COMPOSITE_KINDS:
             if cost not in split:                   # identical blocks are counted once
-                split[cost] = _counted_by_op(graph.layers[i], inputs, cost.kind)
+                with counted_attention(attention):
+                    split[cost] = _counted_by_op(graph.layers[i], inputs, cost.kind)
             cost = split[cost]
         with torch.no_grad():
             outputs[i] = graph.layers[i](*inputs)

@@ -45,7 +45,7 @@ def _profile(args, derive_for: list[GpuType]):
     try:                                    # on the meta device: shapes only, so only shapes can fail
         with warnings.catch_warnings():     # torch's warnings about odd shapes; the error says it all
             warnings.simplefilter("ignore")
-            skeleton, costs = counted_profile(args.model, args.batch, **kwargs)
+            skeleton, costs = counted_profile(args.model, args.batch, attention=args.attention, **kwargs)
     except (TypeError, ValueError, RuntimeError) as exc:
         size = f" at --image-size {args.image_size}" if args.image_size else ""
         raise HetsimError(f"--model {args.model}: cannot be built or run{size} with --batch {args.batch} "
@@ -54,12 +54,13 @@ def _profile(args, derive_for: list[GpuType]):
     if not args.no_measure:
         base = measure_profile(args.model, args.batch, device=args.device, device_type=_device_type(args),
                                repeats=args.repeats, warmup=args.warmup, threads=args.threads,
-                               progress=not args.no_progress, **kwargs)
+                               progress=not args.no_progress, precision=args.precision, **kwargs)
     if not derive_for:
         return base
-    costs = split_by_kernel_class(args.model, args.batch, costs, **kwargs)
+    costs = split_by_kernel_class(args.model, args.batch, costs, attention=args.attention, **kwargs)
+    note = f", attention counted {args.attention}" if any(c.kind == "Block" for c in costs) else ""
     return derive_profile(base, costs, derive_for, load_efficiencies({g.name: g for g in derive_for}),
-                          precision=args.precision)
+                          precision=args.precision, note=note)
 
 
 def _device_type(args) -> str:

@@ -17,6 +17,11 @@ then one backward of every layer in reverse order, timing each layer's call on i
   gives its tokens per sample, and with `loss` (the default) the last layer's forward includes the
   loss against random labels and its backward starts from it, as in the executor's last stage: for a
   language model that is a softmax over the vocabulary at every position.
+- `precision` (hetsim.plan.PRECISIONS) sets the math as hetsim.derive models it: fp32 turns TF32 off,
+  tf32 turns it on (torch.backends.cuda.matmul / cudnn.allow_tf32, restored after), and fp16/bf16 run
+  the whole model in that dtype (weights, activations, norms and softmax in 16 bit, as Megatron-style
+  mixed precision does; the FP32 master weights live in the optimizer, which is not a layer time).
+  Byte counts stay at FP32 (4 per floating element) whatever the precision, as profiles hold them.
 `warmup` untimed passes, then the median (or min) of `repeats` passes per layer. CPU calls are timed with
 time.perf_counter; CUDA calls with a pair of CUDA events each, read after one synchronisation at
 the end of the pass. Layer i of the profile is layer i of `layer_graph(model)`, with the same edges.
@@ -32,6 +37,7 @@ from typing import Callable, Iterator
 import torch
 from torch import nn
 
+from hetsim.plan import PRECISIONS
 from hetsim.profile import LayerProfile, ModelProfile
 from modelzoo import MODEL_INPUT, LayerGraph, build, layer_graph
 from modelzoo.allocator import steady_allocator
@@ -44,25 +50,36 @@ __all__ = ["measure_profile", "measure_graph_profile", "whole_model_forward_s"]
 def measure_profile(model: str, batch: int, *, device: str = "cpu", device_type: str = "cpu",
                     repeats: int = 5, warmup: int = 2, threads: int | None = None,
                     progress: bool = False, statistic: str = "median", loss: bool = True,
-                    **model_kwargs) -> ModelProfile:
-    """Measure a modelzoo model (see module docstring); times are keyed by `device_type`. With
-    `loss` the last layer's times include the model's loss (modelzoo.tasks), as in training."""
+                    precision: str = "fp32", **model_kwargs) -> ModelProfile:
+    """Measure a modelzoo model (see module docstring) at `precision`; times are keyed by `device_type`.
+    With `loss` the last layer's times include the model's loss (modelzoo.tasks), as in training."""
+    _check_precision(precision)
     module, example = build(model, batch=batch, device=device, **model_kwargs)
+    task = task_of(module, example)
+    if precision in _HALF:
+        module.to(_HALF[precision])
+        example = example.to(_HALF[precision]) if example.is_floating_point() else example
     graph = layer_graph(module)
     return measure_graph_profile(graph, example, model=model, device_type=device_type, repeats=repeats,
                                  warmup=warmup, threads=threads, progress=progress, statistic=statistic,
-                                 task=task_of(module, example), loss=loss)
+                                 task=task, loss=loss, precision=precision)
 
 
 def measure_graph_profile(graph: LayerGraph, example: torch.Tensor, *, model: str = "model",
                           device_type: str = "cpu", repeats: int = 5, warmup: int = 2,
                           threads: int | None = None, progress: bool = False,
                           statistic: str = "median", task: Task | None = None,
-                          loss: bool = True) -> ModelProfile:
+                          loss: bool = True, precision: str = "fp32") -> ModelProfile:
     """Measure every layer of `graph` fed with `example` (a whole minibatch) on example's device.
     `statistic` "min" instead of "median" estimates the uncontended time on a shared machine. Given
     the model's `task`, the last layer's forward and backward include its loss (unless `loss` is
-    False) and a language model's profile says its tokens per sample."""
+    False) and a language model's profile says its tokens per sample. At fp16/bf16 the graph and
+    example must already be in that dtype (measure_profile casts them)."""
+    _check_precision(precision)
+    wrong = {p.dtype for p in graph.layers.parameters() if p.is_floating_point()} - {_DTYPE[precision]}
+    if wrong:
+        raise ValueError(f"precision {precision}: the graph's weights are {', '.join(map(str, wrong))}, "
+                         f"not {_DTYPE[precision]}")
     if repeats < 1 or warmup < 0:
         raise ValueError(f"repeats must be >= 1 and warmup >= 0 (got {repeats}, {warmup})")
     if statistic not in _STATISTICS:
@@ -72,15 +89,15 @@ def measure_graph_profile(graph: LayerGraph, example: torch.Tensor, *, model: st
     if task is not None and loss:
         labels = task.random_batch(int(example.shape[0]), torch.Generator().manual_seed(0))[1].to(example.device)
     steady_allocator()                    # time the steady state a training process reaches
-    with _threads(threads):
+    with _threads(threads), _math(precision):
         graph.layers.train()
         fwd, bwd, outputs = _passes(graph, example, labels, repeats, warmup,
                                     f"profiling {model}" if progress else None)
         source = (f"measured by modelzoo.profiler on {_device_name(example.device)} "
-                  f"(torch {torch.__version__}, {torch.get_num_threads()} threads, "
+                  f"(torch {torch.__version__}, {precision}, {torch.get_num_threads()} threads, "
                   f"{statistic} of {repeats} passes after {warmup} warm-up"
                   f"{f', {task.kind} loss in the last layer' if labels is not None else ''})")
-    layers = tuple(LayerProfile(name=graph.names[i], kind=graph.kinds[i], param_bytes=graph.param_bytes(i),
+    layers = tuple(LayerProfile(name=graph.names[i], kind=graph.kinds[i], param_bytes=_param_bytes(graph, i),
                                 output_bytes=_nbytes(outputs[i]), fwd_s={device_type: pick(fwd[i])},
                                 bwd_s={device_type: pick(bwd[i])}) for i in range(len(graph)))
     return ModelProfile(model=model, batch_size=int(example.shape[0]), layers=layers,
@@ -89,6 +106,24 @@ def measure_graph_profile(graph: LayerGraph, example: torch.Tensor, *, model: st
 
 
 _STATISTICS = {"median": statistics.median, "min": min}
+_HALF = {"fp16": torch.float16, "bf16": torch.bfloat16}
+_DTYPE = {"fp32": torch.float32, "tf32": torch.float32, **_HALF}
+
+
+def _check_precision(precision: str) -> None:
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+
+
+@contextmanager
+def _math(precision: str) -> Iterator[None]:
+    """TF32 matrix products on (tf32) or off (every other precision) while measuring, then as before."""
+    previous = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = precision == "tf32"
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = previous
 
 
 def _passes(graph: LayerGraph, example: torch.Tensor, labels: torch.Tensor | None, repeats: int, warmup: int,
@@ -193,9 +228,14 @@ def whole_model_forward_s(graph: LayerGraph, example: torch.Tensor, *, repeats: 
     return _STATISTICS[statistic](samples)
 
 
+def _param_bytes(graph: LayerGraph, i: int) -> int:
+    return sum(_nbytes(p) for p in graph.layers[i].parameters())
+
+
 def _nbytes(x) -> int:
+    """Bytes at FP32: 4 per floating element whatever the dtype measured (profiles hold FP32 counts)."""
     if isinstance(x, torch.Tensor):
-        return x.numel() * x.element_size()
+        return x.numel() * (4 if x.is_floating_point() else x.element_size())
     if isinstance(x, (list, tuple)):
         return sum(_nbytes(t) for t in x)
     return 0

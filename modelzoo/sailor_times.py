@@ -14,6 +14,9 @@ from modelzoo.kernel_classes import split_by_kernel_class
 __all__ = ["derived_times", "tp_share"]
 
 
+ATTENTION = "materialized"         # Sailor's Megatron-DeepSpeed runs (see derived_times)
+
+
 def derived_times(profile, shape, cluster: dict, precision: str, tp_degrees: set[int] = frozenset({1}),
                   efficiency=None):
     """Layer times for the cluster's GPU types from datasheet peaks (no measurement used): the model
@@ -22,10 +25,12 @@ def derived_times(profile, shape, cluster: dict, precision: str, tp_degrees: set
     degree t > 1, times keyed TYPE@tpt: each rank does 1/t of the matrix products, attention and
     pointwise work (Megatron splits heads and the MLP width) but whole norms and the whole per-layer
     fixed cost, and each pass at least the type's TP floor; the all-reduces are left to the simulator.
+    Attention is counted materialized (modelzoo.attention), as Megatron-LM's core attention runs it
+    and as the kernel-class factors were fitted to these runs.
     `efficiency`: another efficiency.yaml than gpu_profiles' (a check with other factors)."""
     model, kwargs = _zoo_model(shape)
-    counted = count_model(model, batch=profile.batch_size, **kwargs)
-    split = split_by_kernel_class(model, profile.batch_size, counted, **kwargs)
+    counted = count_model(model, batch=profile.batch_size, attention=ATTENTION, **kwargs)
+    split = split_by_kernel_class(model, profile.batch_size, counted, attention=ATTENTION, **kwargs)
     tail = split[1 + shape.n_layer:]
     if shape.tail_layers == 1:          # the zoo's final norm and head are one layer in the config
         tail = [LayerCost(kind="Head", **{f: sum(getattr(c, f) for c in tail)

@@ -32,7 +32,7 @@ def gpu_type(name: str = "test-gpu", memory_gib: float = 16.0) -> GpuType:
 
 def cluster(gpus_per_node: list[int], *, intra_Bps: float = 1e18, net_Bps: float = 1e18,
             latency_s: float = 0.0, types: list[GpuType] | None = None, shared_cores=None,
-            colocated_work: float = 1.0) -> Cluster:
+            colocated_work: float = 1.0, copy_cores: int | None = None) -> Cluster:
     """Nodes node0.. with the given GPU counts; node i uses types[i] (default one test type)."""
     nodes = []
     for i, count in enumerate(gpus_per_node):
@@ -40,6 +40,7 @@ def cluster(gpus_per_node: list[int], *, intra_Bps: float = 1e18, net_Bps: float
         name = f"node{i}"
         slots = tuple(GpuSlot(id=f"{name}/gpu{j}", node=name, index=j, type=t) for j in range(count))
         nodes.append(Node(name=name, gpus=slots, shared_cores=shared_cores, colocated_work=colocated_work,
+                          copy_cores=copy_cores,
                           intra_link=LinkSpec(kind="pcie", bandwidth_Bps=intra_Bps, latency_s=latency_s)))
     return Cluster(name="test", nodes=tuple(nodes), ps_nodes=tuple(n.name for n in nodes),
                    network=LinkSpec(kind="ethernet", bandwidth_Bps=net_Bps, latency_s=latency_s))

@@ -87,6 +87,19 @@ def test_precision_tf32_speeds_up_blocks_on_ampere_and_leaves_a_gpu_without_tf32
     assert "at tf32" in p.source
 
 
+def test_fused_attention_derives_a_faster_block_than_materialized_and_says_which(tmp_path):
+    block = {}
+    for attention in ("fused", "materialized"):
+        out = tmp_path / f"{attention}.json"
+        assert main(["profile", "--model", "gpt2-small", "--batch", "1", "--no-measure", "--derive-for", "h200",
+                     "--precision", "bf16", "--attention", attention, "--out", str(out)]) == 0
+        p = load_profile(out)
+        assert f"attention counted {attention}" in p.source
+        b = next(l for l in p.layers if l.kind == "Block")
+        block[attention] = b.fwd_s["h200"] + b.bwd_s["h200"]
+    assert block["fused"] < block["materialized"]
+
+
 def test_block_parts_by_kernel_class_add_up_to_the_counted_block():
     from modelzoo.kernel_classes import split_by_kernel_class
     from modelzoo.counting import count_model

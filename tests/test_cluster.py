@@ -73,6 +73,14 @@ def test_colocated_work_is_read_for_nodes_sharing_cores(tmp_path):
         load_cluster(write(tmp_path, text.replace("    shared_cores: 2\n", "")))
 
 
+def test_copy_cores_are_read_for_nodes_sharing_cores(tmp_path):
+    text = GOOD.replace("    intra_link: {kind: nvlink", "    shared_cores: 1\n    copy_cores: 16\n    intra_link: {kind: nvlink")
+    c = load_cluster(write(tmp_path, text))
+    assert c.node("b").copy_cores == 16 and c.node("a").copy_cores is None
+    with pytest.raises(SpecError, match=r"nodes\[1\]\.copy_cores: applies to processes sharing cores"):
+        load_cluster(write(tmp_path, text.replace("    shared_cores: 1\n", "")))
+
+
 def test_invalid_yaml_names_the_line(tmp_path):
     with pytest.raises(SpecError, match=r"cluster.yaml: line \d+"):
         load_cluster(write(tmp_path, "name: [unclosed\n"))

@@ -38,6 +38,7 @@ from hetsim.derive import PASSES, Efficiency, LayerCost, pass_time_s
 from hetsim.gpu import load_gpu_types
 from hetsim.sailor import GPU_TYPES
 from modelzoo.counting import count_model
+from modelzoo.sailor_times import ATTENTION
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -74,8 +75,8 @@ def measured(data: Path) -> dict[tuple[str, int], dict[str, float]]:
 @cache
 def costs(mbs: int) -> tuple[LayerCost, LayerCost]:
     """The counted block (with parts by kernel class) and the final norm + head at micro-batch `mbs`."""
-    counted = count_model(ZOO_MODEL, batch=mbs, **SHAPE)
-    split = split_by_kernel_class(ZOO_MODEL, mbs, counted, **SHAPE)
+    counted = count_model(ZOO_MODEL, batch=mbs, attention=ATTENTION, **SHAPE)
+    split = split_by_kernel_class(ZOO_MODEL, mbs, counted, attention=ATTENTION, **SHAPE)
     head = counted[-2:]
     return split[1], LayerCost(kind="Head", **{f: sum(getattr(c, f) for c in head)
                                                for f in ("flops_fwd", "flops_bwd", "bytes_fwd", "bytes_bwd")})

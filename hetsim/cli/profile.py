@@ -5,8 +5,8 @@
     hetsim profile --model gpt2-medium --batch 4 --no-measure --derive-for a100,v100 --precision tf32 --out g.yaml
 
 Writes hetsim's YAML/JSON format, or PipeDream's graph.txt when --out ends in .txt (one device
-type's times: --graph-gpu). Derived times are for training at --precision (hetsim.derive says which
-math each precision implies). This module holds the command's arguments and checks them; measuring
+type's times: --graph-gpu). Measured and derived times are both for training at --precision
+(hetsim.derive says which math each precision implies; modelzoo.profiler measures in that math). This module holds the command's arguments and checks them; measuring
 needs torch and lives with the model zoo (modelzoo.profile_command), found by name in
 hetsim.cli.torch_side's table: torch loads only when this command runs.
 """
@@ -40,8 +40,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--derive-for", default="", metavar="TYPES",
                    help="comma-separated GPU types (gpu_profiles/gpus) to derive roofline times for, or 'all'")
     p.add_argument("--precision", default="fp32", choices=PRECISIONS,
-                   help="training precision the derived times are for: fp32 (CUDA cores, TF32 off), tf32, "
-                        "fp16 or bf16 (mixed precision on tensor cores); default %(default)s")
+                   help="training precision to measure at and derive for: fp32 (CUDA cores, TF32 off), tf32, "
+                        "fp16 or bf16 (the model in 16 bit on tensor cores); default %(default)s")
+    p.add_argument("--attention", default="fused", choices=("fused", "materialized"),
+                   help="how derived times count attention: fused (one flash / memory-efficient kernel, as "
+                        "PyTorch runs the zoo's transformers on a GPU) or materialized (the s x s scores through "
+                        "memory, as Megatron-LM's core attention); default %(default)s")
     p.add_argument("--repeats", type=whole(1), default=5, help="timed passes per layer (default 5; median)")
     p.add_argument("--warmup", type=whole(0), default=2, help="untimed passes first (default 2)")
     p.add_argument("--threads", type=whole(1), default=None, help="torch threads while measuring (default: torch's)")

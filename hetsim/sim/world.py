@@ -225,10 +225,13 @@ class World:
         core-seconds on that process's one communication thread (`<endpoint>:io`, one core). Alone on
         an idle host that takes nbytes / bandwidth, as the link does; among busy ranks the copies get
         their share of the cores like compute, and a process that many others send to (a parameter
-        server) moves their bytes one core's worth at a time."""
+        server) moves their bytes one core's worth at a time. Where the node names `copy_cores` (ranks
+        sharing a GPU), the copies take those cores instead, and leave the shared GPU to compute."""
         node = self.topology.node_of(endpoint)
-        seconds = nbytes / self.cluster.node(node).intra_link.bandwidth_Bps
-        return self.cores.transfer((f"{node}:cores", f"{endpoint}:io"), seconds)
+        spec = self.cluster.node(node)
+        seconds = nbytes / spec.intra_link.bandwidth_Bps
+        cores = f"{node}:copy" if spec.copy_cores else f"{node}:cores"
+        return self.cores.transfer((cores, f"{endpoint}:io"), seconds)
 
     def host(self, node: str) -> str:
         return host_of(node)
@@ -241,6 +244,8 @@ def _core_capacities(cluster: Cluster) -> dict[str, float]:
     for node in cluster.nodes:
         if node.shared_cores:
             out[f"{node.name}:cores"] = float(node.shared_cores)
+            if node.copy_cores:
+                out[f"{node.name}:copy"] = float(node.copy_cores)
             for endpoint in [g.id for g in node.gpus] + [host_of(node.name)]:
                 out[f"{endpoint}:io"] = 1.0
     return out

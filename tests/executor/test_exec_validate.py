@@ -138,13 +138,17 @@ def test_a_rank_whose_cpu_work_drifts_from_the_profile_beyond_the_max_error_targ
 
     from executor.validate import WORK_DRIFT_PCT, work_drift
     gpus = [SimpleNamespace(id=f"host/gpu{i}", vw="vw0", stage=i, tp=1) for i in range(2)]
-    report = lambda measured: SimpleNamespace(gpus=gpus, training={
+    report = lambda measured, device="cpu", shared=None: SimpleNamespace(gpus=gpus, settings={"device": device}, training={
         "predicted_work_s_per_minibatch": {"host/gpu0": 0.100, "host/gpu1": 0.050},
-        "compute_work_s_per_minibatch": {"host/gpu0": 0.100, "host/gpu1": measured}})
+        "compute_work_s_per_minibatch": {"host/gpu0": 0.100, "host/gpu1": measured},
+        **({"gpu_concurrency": shared} if device != "cpu" else {})})
     assert WORK_DRIFT_PCT == 8.0
     assert work_drift(report(0.0535)) is None                 # 6.5%: within the target
     warning = work_drift(report(0.040))
     assert "1 rank(s)" in warning and "host/gpu1 [vw0 s1]" in warning and "more than 8%" in warning
+    # On a GPU each the GPU time is compared; ranks sharing one GPU wait for each other's turns in it.
+    assert "host/gpu1 [vw0 s1]" in work_drift(report(0.040, "cuda"))
+    assert work_drift(report(0.040, "cuda", shared=1.5)) is None
 
 
 def test_default_warmup_leaves_a_window_for_short_runs():

@@ -50,3 +50,31 @@ def test_sum_of_layer_forward_times_is_within_15_percent_of_a_whole_model_forwar
 def test_bad_repeat_counts_are_rejected():
     with pytest.raises(ValueError, match="repeats"):
         measure_profile("mlp", 2, repeats=0)
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_a_16_bit_measurement_runs_the_model_in_16_bit_and_keeps_fp32_byte_counts(precision):
+    tiny = dict(n_layer=1, seq_len=16, d_model=32, n_head=2, vocab_size=64)
+    full = measure_profile("gpt2-small", 2, repeats=1, warmup=0, **tiny)
+    half = measure_profile("gpt2-small", 2, repeats=1, warmup=0, precision=precision, **tiny)
+    assert [l.param_bytes for l in half.layers] == [l.param_bytes for l in full.layers]
+    assert [l.output_bytes for l in half.layers] == [l.output_bytes for l in full.layers]
+    assert f"{precision}," in half.source and "fp32," in full.source
+
+
+def test_the_tf32_switch_is_restored_after_a_measurement():
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        measure_profile("mlp", 2, repeats=1, warmup=0, precision="fp32")
+        assert torch.backends.cuda.matmul.allow_tf32 is True
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
+
+
+def test_a_graph_in_the_wrong_dtype_or_an_unknown_precision_is_refused():
+    model, x = build("mlp", batch=2, hidden=8, depth=1, in_features=4)
+    with pytest.raises(ValueError, match="bfloat16"):
+        measure_graph_profile(layer_graph(model), x, repeats=1, warmup=0, precision="bf16")
+    with pytest.raises(ValueError, match="precision must be one of"):
+        measure_profile("mlp", 2, precision="fp8")
