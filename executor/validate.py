@@ -27,7 +27,7 @@ from hetsim.profile import ModelProfile
 from hetsim.schedule.registry import schedule_kind
 from hetsim.units import GIB
 
-__all__ = ["run", "host_cluster", "onto_host", "with_optimizer_costs", "validate_plan", "available_cores",
+__all__ = ["run", "host_cluster", "onto_host", "with_optimizer_costs", "validate_plan", "write_inputs", "available_cores",
            "cpu_time_profile", "load_changed", "default_warmup", "bracketed", "with_tp_allreduce_bytes",
            "work_rows", "work_drift", "WORK_DRIFT_PCT", "WAVES", "WARMUP_WAVES"]
 
@@ -78,7 +78,8 @@ def host_cluster(n_ranks: int, cores: float | None, link_Bps: float, latency_s: 
     while `copy_cores` host cores move their messages (hetsim.cluster.Node.copy_cores)."""
     slots = tuple(GpuSlot(id=f"host/gpu{i}", node="host", index=i, type=device_type) for i in range(n_ranks))
     link = LinkSpec(kind="loopback", bandwidth_Bps=link_Bps, latency_s=latency_s)
-    name = f"this_host_{cores if cores is not None else 'dedicated'}_cores_{latency_s * 1e6:.0f}us_work_x{colocated_work:.3f}"
+    name = (f"this_host_{cores if cores is not None else 'dedicated'}_cores_{latency_s * 1e6:.0f}us_work_x{colocated_work:.3f}"
+            + (f"_copies_on_{copy_cores}_cores" if copy_cores and cores is not None else ""))
     return Cluster(name=name, nodes=(Node(name="host", gpus=slots, intra_link=link, shared_cores=cores,
                                           colocated_work=colocated_work,
                                           copy_cores=copy_cores if cores is not None else None),),
@@ -148,14 +149,17 @@ def validate_plan(plan: Plan, *, model: str | None = None, model_kwargs: dict | 
                   warmup_waves: int | None = None, slowdown: dict[str, float] | None = None, cores: int | None = None,
                   link_Bps: float | None = None, latency_s: float | None = None, seed: int = 0,
                   profile_repeats: int = 5, colocated_work: float | None = None,
-                  profile: ModelProfile | None = None, device: str = "cpu", data: str = "random"):
+                  profile: ModelProfile | None = None, device: str = "cpu", data: str = "random",
+                  inputs: dict | None = None):
     """(prediction, measurement) of one plan on this host, predicted from profiles measured here
     just before and just after the run (`bracketed`; or `profile`, measured earlier on this host at
     the plan's minibatch size, with the optimiser's work measured at both ends). `warmup_waves`
     defaults to `default_warmup(waves)`; `colocated_work` to the factor measured now for the plan's
     stages (executor.colocation; 1.0 for one stage rank). `device` "cuda" runs the ranks on GPUs
     (see the module docstring; `cores` then means the shared GPU's concurrency). `data` "teacher"
-    trains on a learnable task (experiments/time_to_accuracy), at the same cost as "random"."""
+    trains on a learnable task (experiments/time_to_accuracy), at the same cost as "random". A given
+    `inputs` dict receives what the prediction was made from (plan, cluster, profile, slowdown,
+    waves, warmup_waves, seed), for write_inputs."""
     import hetsim
     from executor import ExecOptions, launch
     from executor.calibrate import optimizer_seconds
@@ -197,13 +201,17 @@ def validate_plan(plan: Plan, *, model: str | None = None, model_kwargs: dict | 
     predicted_with = bracketed(before, host_profile(), plan, cluster, waves)
     prediction = hetsim.simulate(cluster, predicted_with, plan, waves=waves, warmup_waves=warmup_waves,
                                  seed=seed, slowdown=slowdown)
+    if inputs is not None:
+        inputs.update(plan=plan, cluster=cluster, profile=predicted_with, slowdown=slowdown, waves=waves,
+                      warmup_waves=warmup_waves, seed=seed)
     measurement.training["predicted_work_s_per_minibatch"] = {   # a TP member's: the stage's over t
         g: sum(predicted_with.stage_times(key, *s.layers)) / s.tp * cluster.nodes[0].colocated_work
         for vw in plan.virtual_workers for s in vw.stages for g in s.members}
     if device != "cpu":
         measurement.training["gpu_concurrency"] = cluster.nodes[0].shared_cores
     errors = [abs(w.error_pct) for w in work_rows(measurement) if w.error_pct is not None]
-    measurement.training["cpu_work_drift"] = {"max_abs_error_pct": round(max(errors, default=0.0), 1),
+    # None where no rank's work could be compared (work_rows), not a perfect 0.
+    measurement.training["cpu_work_drift"] = {"max_abs_error_pct": round(max(errors), 1) if errors else None,
                                               "tolerance_pct": WORK_DRIFT_PCT}
     # Load that came or went during the run is not in the prediction: measure again to tell.
     if device == "cpu":
@@ -220,6 +228,33 @@ def validate_plan(plan: Plan, *, model: str | None = None, model_kwargs: dict | 
             alone, predicted_with, plan, waves=waves, warmup_waves=warmup_waves, seed=seed,
             slowdown=slowdown).throughput["samples_per_s"]
     return prediction, measurement
+
+
+def write_inputs(inputs: dict, folder: str) -> str:
+    """Write what a prediction was made from (validate_plan's `inputs`) as files `hetsim simulate`
+    takes, and return the command that predicts it again from them."""
+    import shlex
+
+    import yaml
+
+    from hetsim.cluster import cluster_document
+    from hetsim.plan import save_plan
+    from hetsim.profile_files import save_profile
+    os.makedirs(folder, exist_ok=True)
+    paths = {k: os.path.join(folder, name) for k, name in
+             (("plan", "plan.json"), ("cluster", "cluster.yaml"), ("profile", "profile.yaml"))}
+    save_plan(inputs["plan"], paths["plan"])
+    save_profile(inputs["profile"], paths["profile"])
+    with open(paths["cluster"], "w") as f:
+        yaml.safe_dump(cluster_document(inputs["cluster"]), f, sort_keys=False, width=120)
+    command = ["hetsim", "simulate", "--cluster", paths["cluster"], "--profile", paths["profile"], "--plan",
+               paths["plan"], "--waves", str(inputs["waves"]), "--warmup-waves", str(inputs["warmup_waves"]),
+               "--seed", str(inputs["seed"])]
+    for gpu, factor in sorted(inputs["slowdown"].items()):
+        command += ["--slowdown", f"{gpu}={factor:g}"]
+    with open(os.path.join(folder, "command.txt"), "w") as f:
+        f.write(shlex.join(command) + "\n")
+    return shlex.join(command)
 
 
 def _host_now(plan: Plan, model: str, model_kwargs, slowdown, cores, link_Bps, latency_s, colocated_work,
@@ -246,9 +281,10 @@ def _host_now(plan: Plan, model: str, model_kwargs, slowdown, cores, link_Bps, l
         if cores is None and len(ranks) > gpu_count():
             cores = round(gpu_concurrency(model, [s.layers for s, _ in ranks], batch=plan.minibatch_size,
                                           model_kwargs=model_kwargs, device=device, **probes), 2)
-        # The shared GPU computes; gloo's copies through host memory run on the host's cores.
+        # Ranks sharing a GPU: their gloo copies run on the host's cores, taking no GPU time from the
+        # other ranks (experiments/validation/shared_gpu.py measured it on an H200).
         return host_cluster(len(dict.fromkeys(plan.gpus)), cores, link_Bps, latency_s, colocated_work or 1.0,
-                            cuda_type(device), copy_cores=os.cpu_count() or 1), 0.0
+                            cuda_type(device), copy_cores=len(os.sched_getaffinity(0))), 0.0
     if colocated_work is None:
         from executor.colocation import colocation_factor
         colocated_work = colocation_factor(model, [s.layers for s, _ in ranks], batch=plan.minibatch_size,
@@ -310,17 +346,19 @@ def work_drift(measurement, tolerance: float = WORK_DRIFT_PCT) -> str | None:
 
 def work_rows(measurement) -> list:
     """Per rank: profiled work per minibatch vs the work the executor's ranks measured (thread CPU time
-    of forward, backward and optimiser on CPU, without emulation: independent of host load; GPU time
-    on a GPU of its own). None for ranks sharing one GPU: a rank's GPU time there includes the other
-    ranks' turns on it, so it does not tell whether the profile described the work."""
+    of forward, backward and optimiser on CPU, without emulation: independent of host load; on CUDA
+    the wall time until the GPU finished them). On CUDA none for ranks sharing one GPU, whose wall time
+    holds their waits for the GPU, nor for tensor-parallel members, whose forward and backward hold
+    their all-reduces: neither tells whether the profile described the work."""
     from hetsim.compare import Comparison
-    if measurement.training.get("gpu_concurrency"):
+    cuda = measurement.settings.get("device", "cpu") != "cpu"
+    if cuda and measurement.training.get("gpu_concurrency"):
         return []
     cpu = measurement.training["compute_work_s_per_minibatch"]
-    what = "CPU" if measurement.settings.get("device", "cpu") == "cpu" else "GPU"
+    what = "GPU" if cuda else "CPU"
     return [Comparison(metric=f"{g.id} [{g.vw} s{g.stage}{f' tp{g.tp}' if g.tp > 1 else ''}] {what} work ms/minibatch",
                        predicted=1e3 * measurement.training["predicted_work_s_per_minibatch"][g.id],
-                       measured=1e3 * cpu[g.id]) for g in measurement.gpus]
+                       measured=1e3 * cpu[g.id]) for g in measurement.gpus if not (cuda and g.tp > 1)]
 
 
 def _refuse_bad_input(args: argparse.Namespace, plan: Plan, model_kwargs: dict) -> None:
@@ -355,6 +393,7 @@ def run(args: argparse.Namespace) -> int:
 
     plan = hetsim.load_plan(args.plan)
     _refuse_bad_input(args, plan, model_kwargs(args.model_arg))
+    inputs: dict = {}
     with still_running(f"validating {plan.name}: profiling, predicting, running the executor",
                        quiet=getattr(args, "quiet", False)):
         prediction, measurement = validate_plan(
@@ -362,7 +401,7 @@ def run(args: argparse.Namespace) -> int:
             warmup_waves=args.warmup_waves, slowdown=parse_slowdowns(args.slowdown), cores=args.cores,
             link_Bps=args.link_GBps * 1e9 if args.link_GBps else None,
             latency_s=args.latency_us * 1e-6 if args.latency_us is not None else None, seed=args.seed,
-            colocated_work=args.colocated_work, device=args.device)
+            colocated_work=args.colocated_work, device=args.device, inputs=inputs)
     if args.device == "cpu":
         cores = measurement.training["cores_available"]["before"]
         where = (f"{cores} of {os.cpu_count()} cores available, shared by {len(measurement.gpus)} stage ranks, "
@@ -384,5 +423,6 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         prediction.write(os.path.join(args.out, "prediction"))
         measurement.write(os.path.join(args.out, "measurement"))
-        print(f"wrote {args.out}/prediction and {args.out}/measurement")
+        again = write_inputs(inputs, os.path.join(args.out, "inputs"))
+        print(f"wrote {args.out}/prediction, {args.out}/measurement and {args.out}/inputs (predict again: {again})")
     return 0

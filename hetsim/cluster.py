@@ -15,7 +15,7 @@ from hetsim.errors import PlanError
 from hetsim.fields import Fields
 from hetsim.gpu import GpuType, gpu_type_from_fields, load_gpu_types
 
-__all__ = ["LinkSpec", "GpuSlot", "Node", "NodePath", "Cluster", "load_cluster", "host_of"]
+__all__ = ["LinkSpec", "GpuSlot", "Node", "NodePath", "Cluster", "load_cluster", "cluster_document", "host_of"]
 
 # Usable bytes/s per lane and direction after line encoding (PCI-SIG base specifications).
 PCIE_LANE_Bps = {1: 0.25e9, 2: 0.5e9, 3: 0.985e9, 4: 1.969e9, 5: 3.938e9, 6: 7.563e9}
@@ -48,8 +48,9 @@ class Node:
     name: str
     gpus: tuple[GpuSlot, ...]
     intra_link: LinkSpec
-    # When set, the node's devices are processes sharing this many CPU cores (see docs/executor.md).
-    shared_cores: int | None = None
+    # When set, the node's devices are processes sharing this many CPU cores (see docs/executor.md);
+    # a fraction where other load leaves them part of a core (hetsim validate measures it).
+    shared_cores: float | None = None
     # With shared_cores: compute there costs this many times its profiled CPU work, because the
     # processes evict each other's data from the per-core caches (executor.colocation measures it).
     colocated_work: float = 1.0
@@ -182,7 +183,7 @@ def _node(f: Fields, types: dict[str, GpuType]) -> Node:
         for _ in range(count):
             idx = len(slots)
             slots.append(GpuSlot(id=f"{name}/gpu{idx}", node=name, index=idx, type=types[type_name]))
-    cores = f.number("shared_cores", None, positive=True, integer=True)
+    cores = f.number("shared_cores", None, positive=True)
     colocated = f.number("colocated_work", 1.0, positive=True)
     if colocated != 1.0 and cores is None:
         raise f.error("colocated_work", "applies to processes sharing cores; set shared_cores too")
@@ -193,6 +194,49 @@ def _node(f: Fields, types: dict[str, GpuType]) -> Node:
     per_gpu = f.flag("nic_per_gpu")
     return Node(name=name, gpus=tuple(slots), intra_link=_link(f.sub("intra_link")), shared_cores=cores,
                 colocated_work=colocated, copy_cores=copy_cores, nic=nic, nic_per_gpu=per_gpu)
+
+
+def cluster_document(cluster: Cluster) -> dict:
+    """The cluster as a file that load_cluster reads back to an equal cluster (up to float rounding of
+    the units), its GPU types inline so that it needs no other file."""
+    from hetsim.gpu import gpu_type_document
+    doc = {"name": cluster.name, "description": cluster.description,
+           "gpu_types": [gpu_type_document(t) for t in cluster.gpu_types.values()],
+           "network": _link_document(cluster.network), "nodes": [_node_document(n) for n in cluster.nodes],
+           "parameter_servers": list(cluster.ps_nodes)}
+    if cluster.paths:
+        doc["paths"] = [{"nodes": list(p.nodes), **_link_document(p.link)} for p in cluster.paths]
+    return doc
+
+
+def _node_document(node: Node) -> dict:
+    gpus: list[dict] = []
+    for slot in node.gpus:                       # runs of one type, in slot order
+        if gpus and gpus[-1]["type"] == slot.type.name:
+            gpus[-1]["count"] += 1
+        else:
+            gpus.append({"type": slot.type.name, "count": 1})
+    doc = {"name": node.name, "gpus": gpus, "intra_link": _link_document(node.intra_link)}
+    if node.shared_cores is not None:
+        doc["shared_cores"] = node.shared_cores
+        if node.colocated_work != 1.0:
+            doc["colocated_work"] = node.colocated_work
+        if node.copy_cores is not None:
+            doc["copy_cores"] = node.copy_cores
+    if node.nic is not None:
+        doc["network"] = _link_document(node.nic)
+    if node.nic_per_gpu:
+        doc["nic_per_gpu"] = True
+    return doc
+
+
+def _link_document(link: LinkSpec) -> dict:
+    return {"kind": link.kind, "bandwidth_GBps": _tidy(link.bandwidth_Bps / 1e9), "latency_us": _tidy(link.latency_s * 1e6)}
+
+
+def _tidy(value: float) -> float:
+    """12 significant digits: 50e-6 s reads back as 50 us, not 49.99999999999999."""
+    return float(f"{value:.12g}")
 
 
 def _link(f: Fields) -> LinkSpec:

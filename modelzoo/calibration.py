@@ -126,8 +126,8 @@ def main(argv: list[str] | None = None) -> None:
     else:
         doc = measure_cpu_device(args.threads)
     profiles = _measured(out, args.reuse, args.threads, args.repeats)
-    # Attention counted materialized, as when the shipped CPU factors were fitted (counting CPU's fused
-    # attention kernel instead would be a refit).
+    # Attention counted materialized, as when the shipped CPU factors were fitted; the CPU runs a fused
+    # attention kernel too, so counting it fused is the better model but needs a refit.
     costs = {m: count_model(m, b, attention="materialized", **kw) for m, b, kw in FIT + HELD_OUT}
     doc.pop("efficiency", None)
     device_path.write_text(yaml.safe_dump(doc, sort_keys=False))

@@ -96,7 +96,8 @@ class LayerGraph:
             yield from self.layers[i].parameters()
 
     def param_bytes(self, i: int) -> int:
-        return sum(p.numel() * p.element_size() for p in self.layers[i].parameters())
+        """Bytes of layer i's parameters at FP32 (what profiles hold, whatever dtype the layer is in)."""
+        return sum(p.numel() * (4 if p.is_floating_point() else p.element_size()) for p in self.layers[i].parameters())
 
 
 def layer_graph(model: nn.Module, leaf_modules: tuple[type, ...] = ()) -> LayerGraph:

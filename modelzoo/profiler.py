@@ -17,10 +17,11 @@ then one backward of every layer in reverse order, timing each layer's call on i
   gives its tokens per sample, and with `loss` (the default) the last layer's forward includes the
   loss against random labels and its backward starts from it, as in the executor's last stage: for a
   language model that is a softmax over the vocabulary at every position.
-- `precision` (hetsim.plan.PRECISIONS) sets the math as hetsim.derive models it: fp32 turns TF32 off,
-  tf32 turns it on (torch.backends.cuda.matmul / cudnn.allow_tf32, restored after), and fp16/bf16 run
-  the whole model in that dtype (weights, activations, norms and softmax in 16 bit, as Megatron-style
-  mixed precision does; the FP32 master weights live in the optimizer, which is not a layer time).
+- `precision` (hetsim.plan.PRECISIONS) sets the math as hetsim.derive models it: fp32 turns TF32 off
+  for matrix products and convolutions, tf32 turns it on (restored after), and fp16/bf16 run the whole
+  model in that dtype (`model.to(dtype)`: weights, activations, norms, softmax and loss in 16 bit; the
+  FP32 master weights live in the optimizer, which is not a layer time). None (the default) leaves
+  PyTorch's switches as they are, so that `hetsim validate` times what the executor's ranks run.
   Byte counts stay at FP32 (4 per floating element) whatever the precision, as profiles hold them.
 `warmup` untimed passes, then the median (or min) of `repeats` passes per layer. CPU calls are timed with
 time.perf_counter; CUDA calls with a pair of CUDA events each, read after one synchronisation at
@@ -50,7 +51,7 @@ __all__ = ["measure_profile", "measure_graph_profile", "whole_model_forward_s"]
 def measure_profile(model: str, batch: int, *, device: str = "cpu", device_type: str = "cpu",
                     repeats: int = 5, warmup: int = 2, threads: int | None = None,
                     progress: bool = False, statistic: str = "median", loss: bool = True,
-                    precision: str = "fp32", **model_kwargs) -> ModelProfile:
+                    precision: str | None = None, **model_kwargs) -> ModelProfile:
     """Measure a modelzoo model (see module docstring) at `precision`; times are keyed by `device_type`.
     With `loss` the last layer's times include the model's loss (modelzoo.tasks), as in training."""
     _check_precision(precision)
@@ -69,15 +70,15 @@ def measure_graph_profile(graph: LayerGraph, example: torch.Tensor, *, model: st
                           device_type: str = "cpu", repeats: int = 5, warmup: int = 2,
                           threads: int | None = None, progress: bool = False,
                           statistic: str = "median", task: Task | None = None,
-                          loss: bool = True, precision: str = "fp32") -> ModelProfile:
+                          loss: bool = True, precision: str | None = None) -> ModelProfile:
     """Measure every layer of `graph` fed with `example` (a whole minibatch) on example's device.
     `statistic` "min" instead of "median" estimates the uncontended time on a shared machine. Given
     the model's `task`, the last layer's forward and backward include its loss (unless `loss` is
     False) and a language model's profile says its tokens per sample. At fp16/bf16 the graph and
     example must already be in that dtype (measure_profile casts them)."""
     _check_precision(precision)
-    wrong = {p.dtype for p in graph.layers.parameters() if p.is_floating_point()} - {_DTYPE[precision]}
-    if wrong:
+    wrong = {p.dtype for p in graph.layers.parameters() if p.is_floating_point()} - {_DTYPE[precision or "fp32"]}
+    if precision is not None and wrong:
         raise ValueError(f"precision {precision}: the graph's weights are {', '.join(map(str, wrong))}, "
                          f"not {_DTYPE[precision]}")
     if repeats < 1 or warmup < 0:
@@ -94,10 +95,10 @@ def measure_graph_profile(graph: LayerGraph, example: torch.Tensor, *, model: st
         fwd, bwd, outputs = _passes(graph, example, labels, repeats, warmup,
                                     f"profiling {model}" if progress else None)
         source = (f"measured by modelzoo.profiler on {_device_name(example.device)} "
-                  f"(torch {torch.__version__}, {precision}, {torch.get_num_threads()} threads, "
+                  f"(torch {torch.__version__}, {f'{precision}, ' if precision else ''}{torch.get_num_threads()} threads, "
                   f"{statistic} of {repeats} passes after {warmup} warm-up"
                   f"{f', {task.kind} loss in the last layer' if labels is not None else ''})")
-    layers = tuple(LayerProfile(name=graph.names[i], kind=graph.kinds[i], param_bytes=_param_bytes(graph, i),
+    layers = tuple(LayerProfile(name=graph.names[i], kind=graph.kinds[i], param_bytes=graph.param_bytes(i),
                                 output_bytes=_nbytes(outputs[i]), fwd_s={device_type: pick(fwd[i])},
                                 bwd_s={device_type: pick(bwd[i])}) for i in range(len(graph)))
     return ModelProfile(model=model, batch_size=int(example.shape[0]), layers=layers,
@@ -110,20 +111,34 @@ _HALF = {"fp16": torch.float16, "bf16": torch.bfloat16}
 _DTYPE = {"fp32": torch.float32, "tf32": torch.float32, **_HALF}
 
 
-def _check_precision(precision: str) -> None:
-    if precision not in PRECISIONS:
+def _check_precision(precision: str | None) -> None:
+    if precision is not None and precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
 
 
 @contextmanager
-def _math(precision: str) -> Iterator[None]:
-    """TF32 matrix products on (tf32) or off (every other precision) while measuring, then as before."""
-    previous = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = precision == "tf32"
+def _math(precision: str | None) -> Iterator[None]:
+    """TF32 for matrix products and convolutions on (tf32) or off (any other precision) while measuring,
+    then as before; None changes nothing. Torch 2.9 on has a new switch that refuses to be mixed with
+    the old one once set, so the new one is used where it exists."""
+    if precision is None:
+        yield
+        return
+    matmul, conv = torch.backends.cuda.matmul, getattr(torch.backends.cudnn, "conv", None)
+    if hasattr(matmul, "fp32_precision") and hasattr(conv, "fp32_precision"):
+        previous = matmul.fp32_precision, conv.fp32_precision
+        matmul.fp32_precision = conv.fp32_precision = "tf32" if precision == "tf32" else "ieee"
+        try:
+            yield
+        finally:
+            matmul.fp32_precision, conv.fp32_precision = previous
+        return
+    previous = matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = precision == "tf32"
     try:
         yield
     finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = previous
+        matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = previous
 
 
 def _passes(graph: LayerGraph, example: torch.Tensor, labels: torch.Tensor | None, repeats: int, warmup: int,
@@ -226,10 +241,6 @@ def whole_model_forward_s(graph: LayerGraph, example: torch.Tensor, *, repeats: 
             if k >= warmup:
                 samples.append(clock.seconds(1)[0])
     return _STATISTICS[statistic](samples)
-
-
-def _param_bytes(graph: LayerGraph, i: int) -> int:
-    return sum(_nbytes(p) for p in graph.layers[i].parameters())
 
 
 def _nbytes(x) -> int:

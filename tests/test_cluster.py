@@ -99,3 +99,28 @@ def test_routes_cross_the_links_a_transfer_really_uses(tmp_path):
     assert t.route("a/host", "b/gpu0").links == ("a:nic:out", "b:nic:in", "b/gpu0:in")
     assert t.route("a/gpu0", "b/gpu0").latency_s == pytest.approx(20e-6)
     assert t.bottleneck_Bps("a/gpu0", "b/gpu0") == 1.25e9
+
+
+@pytest.mark.parametrize("name", ["hetpipe_4node", "cpu_host", "sdpipe_16x4", "pipedream_cluster_a"])
+def test_a_cluster_written_as_a_document_reads_back_equal(tmp_path, name):
+    import yaml
+
+    from hetsim.cluster import cluster_document
+    cluster = load_cluster(name)
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cluster_document(cluster)))
+    assert load_cluster(path, gpu_types={}) == cluster          # its GPU types travel inline
+
+
+def test_a_node_sharing_a_fraction_of_the_cores_reads_back_with_its_copy_cores(tmp_path):
+    import yaml
+    from dataclasses import replace
+
+    from hetsim.cluster import cluster_document
+    cluster = load_cluster("cpu_host")
+    node = replace(cluster.nodes[0], shared_cores=1.75, copy_cores=16, colocated_work=1.04)
+    cluster = replace(cluster, nodes=(node,))
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cluster_document(cluster)))
+    back = load_cluster(path).nodes[0]
+    assert (back.shared_cores, back.copy_cores, back.colocated_work) == (1.75, 16, 1.04)

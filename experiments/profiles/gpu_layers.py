@@ -74,6 +74,11 @@ def rows(profiles: Path, gpu: str) -> list[dict]:
     return sorted(found, key=lambda r: (r["model"], order[r["precision"]], r["batch"]))
 
 
+def ratio(row: dict, attention: str) -> float:
+    """Derived (attention counted so) over measured seconds of a row's forward + backward."""
+    return sum(row[f"{attention}_{p}"] for p in PASSES) / sum(row[f"measured_{p}"] for p in PASSES)
+
+
 def report(found: list[dict], gpu: str, source: str) -> str:
     lines = [f"# Derived {gpu} layer times against measured ones", "",
              f"Measured: {source}.", "",
@@ -91,7 +96,6 @@ def report(found: list[dict], gpu: str, source: str) -> str:
     lines += ["", "Whole model, forward + backward, derived / measured:", "",
               "| model | precision | micro-batch | " + " | ".join(ATTENTION) + " |", "|---|---|---|---|---|"]
     whole = [r for r in found if r["part"] == "whole model"]
-    ratio = lambda r, a: sum(r[f"{a}_{p}"] for p in PASSES) / sum(r[f"measured_{p}"] for p in PASSES)
     for r in whole:
         lines.append(f"| {r['model']} | {r['precision']} | {r['batch']} | "
                      + " | ".join(f"{ratio(r, a):.2f}" for a in ATTENTION) + " |")
@@ -112,8 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     found = rows(args.profiles, args.gpu)
     if not found:
         raise SystemExit(f"--profiles: no MODEL_bBATCH_PRECISION.yaml profiles in {args.profiles}")
-    sources = sorted({load_profile(f).source for f in args.profiles.glob("*.yaml") if NAME.match(f.stem)})
-    text = report(found, args.gpu, sources[0].split(" (")[0] + f" ({len(sources)} profiles)")
+    files = [f for f in sorted(args.profiles.glob("*.yaml")) if NAME.match(f.stem)]
+    text = report(found, args.gpu, load_profile(files[0]).source.split(" (")[0] + f" ({len(files)} profiles)")
     out = args.out or args.profiles / "gpu_layers.md"
     out.write_text(text)
     print(text)

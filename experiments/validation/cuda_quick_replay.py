@@ -3,8 +3,8 @@ each way of charging a transfer through host memory and any link bandwidth.
 
     python experiments/validation/cuda_quick_replay.py [--results experiments/results/gpu] [--bandwidths 0.9,1.1,1.3,1.5]
 
-`hetsim validate --device cuda` did not save the profile it predicted from (timed on the GPU inside the
-run), so this rebuilds one: the one-stage plan's measured time per minibatch spread over the MLP's
+The runs predate `hetsim validate --out`'s inputs/ folder, so the profile they predicted from (timed on
+the GPU inside each run) is lost, and this rebuilds one: the one-stage plan's measured time per minibatch spread over the MLP's
 layers by their counted work (FLOPs, and bytes at the FP32 ratio of an H200's peak to its bandwidth).
 The node is as validate describes it: the ranks share one GPU running one stage at a time, gloo's
 latency 300 us. Rows: the two transfer models with the 4 MiB ping-pong bandwidth the runs calibrated
@@ -57,6 +57,10 @@ def profile(seconds_per_minibatch: float):
     return replace(prof, layers=layers, source="reconstructed: one-stage measured time spread by counted work")
 
 
+def mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
 def predict(prof, case, bandwidth: float, copy_cores: int | None) -> float:
     n = len(set(case.plan.gpus))
     cluster = host_cluster(n, 1.0 if n > 1 else None, bandwidth, LATENCY_S, copy_cores=copy_cores)
@@ -72,7 +76,6 @@ def main(argv: list[str] | None = None) -> int:
     runs = measured(args.results)
     quick = [c for c in cases(CUDA_BATCH) if c.quick]
     one_stage = next(c for c in quick if len(set(c.plan.gpus)) == 1)
-    mean = lambda xs: sum(xs) / len(xs)
     prof = profile(CUDA_BATCH / mean(runs[one_stage.plan.name]))
     settings = [("copies on the shared GPU, 2.2 GB/s (the first run's model)", CALIBRATED_BPS, None),
                 ("copies on host cores, 2.2 GB/s (the second run's model)", CALIBRATED_BPS, 16),

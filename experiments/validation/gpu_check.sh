@@ -2,12 +2,14 @@
 # The CUDA checks, as one command for a machine with a GPU and no network (docs/validation.md, "On a GPU").
 # Writes at most eight files to $OUT (default experiments/results/gpu; a relative OUT is taken from the
 # repository root): env.txt, steps.txt (each step's exit status; the suite's is 1 when it misses its
-# error targets), pytest_cuda.txt, tp2_gpt.tgz and pp2_tp2_gpt.tgz (each TP plan's prediction and
-# measurement reports, archived as soon as it ends), profiles.tgz (OPT-350M's layers measured on the
-# GPU at fp32, tf32 and bf16, micro-batches 1 and 4: what experiments/profiles/gpu_layers.py compares
-# with derived times), and the quick suite's validation_cuda_quick.{csv,md}. The steps run in that
-# order, most wanted first, each with a time limit, so that what finished comes back from a 10-minute
-# call. Python packages the machine lacks (simpy at least) travel as wheels in .whl/ (see the docs).
+# error targets), pytest_cuda.txt, tp.tgz (each TP plan's prediction, measurement and inputs, archived
+# again as each plan ends), profiles.tgz (OPT-350M's layers measured on the GPU at fp32, tf32 and
+# bf16, micro-batches 1 and 4: what experiments/profiles/gpu_layers.py compares with derived times),
+# and the quick suite's validation_cuda_quick.{csv,md} and quick_inputs.tgz (each plan's prediction
+# inputs and the command that predicts it again). The steps run most wanted first (the CUDA tests,
+# tp2_gpt, the profiles, pp2_tp2_gpt, the suite), each with a time limit, so that what finished comes
+# back from a 10-minute call. Python packages the machine lacks (simpy at least) travel as wheels in
+# .whl/ (see the docs).
 # STEPS names the steps to run (default all: "pytest tp profiles quick"; a missing step's files are not
 # written). DEVICE=cpu runs the same steps on CPU ranks (a check of this script; give it SCALE=4, which
 # multiplies the time limits, and PROFILE_MODEL=mlp, a model CPUs profile in seconds).
@@ -54,9 +56,10 @@ tp_plan() {
     local plan=$1 limit=$2
     step "$plan" "$limit" bash -c "set -o pipefail; python3 -m hetsim validate --plan experiments/validation/plans/$plan.json \
         --device '$DEVICE' --model-arg n_layer=2 --model-arg seq_len=128 --waves '$WAVES' --quiet \
-        --out '$work/$plan' | tee '$work/$plan.txt'"
-    tar czf "$OUT/$plan.tgz" -C "$work" "$plan" "$plan.txt" || failed=1
+        --out '$work/tp/$plan' | tee '$work/tp/$plan.txt'"
+    tar czf "$OUT/tp.tgz" -C "$work" tp || failed=1
 }
+mkdir -p "$work/tp"
 wanted tp && tp_plan tp2_gpt 100
 
 # Layer times on the device at each precision, for the derived-time check (experiments/profiles/gpu_layers.py).
@@ -76,8 +79,9 @@ wanted tp && tp_plan pp2_tp2_gpt 80
 
 if wanted quick; then
     step quick_suite 180 python3 experiments/validation/run.py --device "$DEVICE" --quick --out "$work" \
-        --stem validation_cuda_quick
+        --stem validation_cuda_quick --inputs "$work/quick_inputs"
     cp "$work"/validation_cuda_quick.csv "$work"/validation_cuda_quick.md "$OUT"/ || failed=1
+    tar czf "$OUT/quick_inputs.tgz" -C "$work" quick_inputs || failed=1
 fi
 cat "$OUT/steps.txt"
 ls -l "$OUT"

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from suite import BATCH, CUDA_BATCH, CUDA_MODEL_KWARGS, MODEL_KWARGS, cases  # noqa: E402
 
 from executor.validate import (WAVES, WORK_DRIFT_PCT, default_warmup, load_changed, validate_plan,  # noqa: E402
-                                 work_drift, work_rows)
+                                 work_drift, work_rows, write_inputs)
 from hetsim.compare import compare_reports  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
@@ -130,6 +130,9 @@ def main(argv=None) -> int:
     p.add_argument("--merge", nargs="+", default=None, metavar="CSV",
                    help="run nothing: join the tables of runs of parts of the suite (their CSVs) into one, "
                         "named after --device")
+    p.add_argument("--inputs", default=None, metavar="DIR",
+                   help="also write each run's prediction inputs (plan, cluster, profile, the simulate command) "
+                        "under DIR/PLAN (DIR/PLAN_runK with --repeats)")
     p.add_argument("--stem", default=None, help="name of the files written (default: validation, with _cuda, "
                    "_quick and _part as chosen), e.g. validation_extended for runs of the extended cases")
     args = p.parse_args(argv)
@@ -148,12 +151,15 @@ def main(argv=None) -> int:
         runs = []
         waves = args.waves or case_waves(case.plan.nm, args.quick)
         warmup = default_warmup(waves) if args.warmup_waves is None else args.warmup_waves
-        for _ in range(args.repeats):
+        for k in range(args.repeats):
             kwargs = case.model_kwargs if case.model_kwargs is not None else (
                 CUDA_MODEL_KWARGS if cuda else MODEL_KWARGS)
+            inputs: dict = {}
             prediction, measurement = validate_plan(case.plan, model_kwargs=kwargs,
                                                     waves=waves, warmup_waves=warmup, slowdown=case.slowdown,
-                                                    profile_repeats=15, device=args.device)
+                                                    profile_repeats=15, device=args.device, inputs=inputs)
+            if args.inputs:
+                write_inputs(inputs, os.path.join(args.inputs, case.name + (f"_run{k + 1}" if args.repeats > 1 else "")))
             runs.append((row(case, prediction, measurement),
                          [w for w in (load_changed(measurement), work_drift(measurement)) if w]))
             load.append(os.getloadavg()[0])

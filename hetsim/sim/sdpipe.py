@@ -101,7 +101,8 @@ def _passes(world: World, gpu: str, nbytes: float) -> simpy.Event:
     slot = world.cluster.gpu(gpu)
     node = world.cluster.node(slot.node)
     if node.shared_cores:
-        # One thread of that rank, sharing the node's cores, as World charges a message's copies.
+        # Work of that rank's one thread on the node's shared cores, as its compute is charged (not
+        # on copy_cores: on ranks sharing a GPU these passes are kernels on that GPU, not host copies).
         return world.cores.transfer((f"{node.name}:cores", f"{gpu}:io"), nbytes / node.intra_link.bandwidth_Bps)
     return world.env.timeout(nbytes / slot.type.memory_bandwidth_Bps)
 

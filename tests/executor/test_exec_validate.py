@@ -146,9 +146,12 @@ def test_a_rank_whose_cpu_work_drifts_from_the_profile_beyond_the_max_error_targ
     assert work_drift(report(0.0535)) is None                 # 6.5%: within the target
     warning = work_drift(report(0.040))
     assert "1 rank(s)" in warning and "host/gpu1 [vw0 s1]" in warning and "more than 8%" in warning
-    # On a GPU each the GPU time is compared; ranks sharing one GPU wait for each other's turns in it.
+    # On a GPU each the GPU time is compared; ranks sharing one GPU wait for each other's turns in it,
+    # and a tensor-parallel member's passes hold its all-reduces.
     assert "host/gpu1 [vw0 s1]" in work_drift(report(0.040, "cuda"))
     assert work_drift(report(0.040, "cuda", shared=1.5)) is None
+    gpus[1].tp = 2
+    assert work_drift(report(0.040, "cuda")) is None and "host/gpu1" in work_drift(report(0.040))
 
 
 def test_default_warmup_leaves_a_window_for_short_runs():
@@ -193,11 +196,22 @@ def test_a_mean_profile_that_would_reorder_a_hetpipe_schedule_is_not_used():
     assert drifted is not before and drifted.layers[0].fwd_s["cpu"] == pytest.approx(1.05)
 
 
-def test_validate_plan_predicts_from_profiles_on_both_sides_of_the_run():
-    from executor.validate import validate_plan
+def test_validate_plan_predicts_from_profiles_on_both_sides_of_the_run(tmp_path, capsys):
+    import json
+    import shlex
+
+    from executor.validate import validate_plan, write_inputs
+    from hetsim.cli import main
     plan = mlp_plan([[0, 9]], nm=2, schedule="1f1b")
+    inputs: dict = {}
     prediction, measurement = validate_plan(plan, waves=6, warmup_waves=2, cores=2, link_Bps=2e9,
-                                            latency_s=5e-5, colocated_work=1.0, profile_repeats=2)
+                                            latency_s=5e-5, colocated_work=1.0, profile_repeats=2, inputs=inputs)
+    # The files written from `inputs` predict the same again through `hetsim simulate`.
+    command = write_inputs(inputs, str(tmp_path / "inputs"))
+    capsys.readouterr()
+    assert main(shlex.split(command)[1:] + ["--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["throughput"]["samples_per_s"] == pytest.approx(prediction.throughput["samples_per_s"], rel=1e-9)
     assert prediction.kind == "prediction" and measurement.kind == "measurement"
     assert prediction.profile_source.endswith("mean of profiles before and after the run")
     work = measurement.training["predicted_work_s_per_minibatch"]

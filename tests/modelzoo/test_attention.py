@@ -27,10 +27,23 @@ def test_fused_attention_does_the_same_forward_products_without_the_score_matrix
 
 
 def test_fused_grouped_query_attention_is_counted_with_its_shared_key_value_heads():
-    llama = {"n_layer": 1, "seq_len": 64, "d_model": 256, "n_head": 8, "n_kv_head": 2, "vocab_size": 128}
+    llama = {"n_layer": 1, "seq_len": 512, "d_model": 256, "n_head": 8, "n_kv_head": 2, "vocab_size": 128}
     fused = _block("llama-3-8b", "fused", batch=1, **llama)
     materialized = _block("llama-3-8b", "materialized", batch=1, **llama)
     assert fused["attention"].flops_fwd == materialized["attention"].flops_fwd > 0
+    # Counted as the kernel (Q, K, V, output, logsumexp), not the scores: 8 heads x 512^2 x 4 bytes.
+    assert fused["attention"].bytes_fwd < 8 * 512**2 * 4 < materialized["attention"].bytes_fwd
+
+
+def test_attention_on_real_tensors_is_left_to_torch():
+    import torch
+    from torch.nn import functional as F
+
+    from modelzoo.attention import counted_attention
+    q = torch.randn(1, 2, 8, 4)
+    with counted_attention("fused"):
+        out = F.scaled_dot_product_attention(q, q, q, is_causal=True)
+    assert torch.allclose(out, F.scaled_dot_product_attention(q, q, q, is_causal=True))
 
 
 def test_an_unknown_attention_is_refused():

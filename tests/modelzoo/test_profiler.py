@@ -53,23 +53,42 @@ def test_bad_repeat_counts_are_rejected():
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
-def test_a_16_bit_measurement_runs_the_model_in_16_bit_and_keeps_fp32_byte_counts(precision):
+def test_a_16_bit_measurement_runs_the_model_in_16_bit_and_keeps_fp32_byte_counts(precision, monkeypatch):
+    import modelzoo.profiler as profiler
+    seen = {}
+    passes = profiler._passes
+
+    def spy(graph, example, *args):
+        seen["weights"] = {p.dtype for p in graph.layers.parameters()}
+        return passes(graph, example, *args)
+    monkeypatch.setattr(profiler, "_passes", spy)
     tiny = dict(n_layer=1, seq_len=16, d_model=32, n_head=2, vocab_size=64)
     full = measure_profile("gpt2-small", 2, repeats=1, warmup=0, **tiny)
+    assert seen["weights"] == {torch.float32}
     half = measure_profile("gpt2-small", 2, repeats=1, warmup=0, precision=precision, **tiny)
+    assert seen["weights"] == {getattr(torch, {"bf16": "bfloat16", "fp16": "float16"}[precision])}
     assert [l.param_bytes for l in half.layers] == [l.param_bytes for l in full.layers]
     assert [l.output_bytes for l in half.layers] == [l.output_bytes for l in full.layers]
-    assert f"{precision}," in half.source and "fp32," in full.source
+    assert f"{precision}," in half.source and "fp32," not in full.source
 
 
-def test_the_tf32_switch_is_restored_after_a_measurement():
-    before = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = True
-    try:
-        measure_profile("mlp", 2, repeats=1, warmup=0, precision="fp32")
-        assert torch.backends.cuda.matmul.allow_tf32 is True
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = before
+@pytest.mark.parametrize("precision,want", [("tf32", "tf32"), ("fp32", "ieee"), ("bf16", "ieee")])
+def test_tf32_is_set_for_the_measurement_and_restored(precision, want, monkeypatch):
+    import modelzoo.profiler as profiler
+    matmul, conv = torch.backends.cuda.matmul, torch.backends.cudnn.conv
+    seen = {}
+    passes = profiler._passes
+
+    def spy(*args):
+        seen["switches"] = (matmul.fp32_precision, conv.fp32_precision)
+        return passes(*args)
+    monkeypatch.setattr(profiler, "_passes", spy)
+    before = (matmul.fp32_precision, conv.fp32_precision)
+    measure_profile("mlp", 2, repeats=1, warmup=0, precision=precision)
+    assert seen["switches"] == (want, want)
+    assert (matmul.fp32_precision, conv.fp32_precision) == before
+    measure_profile("mlp", 2, repeats=1, warmup=0)             # no precision: the switches as they are
+    assert seen["switches"] == before
 
 
 def test_a_graph_in_the_wrong_dtype_or_an_unknown_precision_is_refused():
