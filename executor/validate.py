@@ -146,7 +146,7 @@ def cpu_time_profile(model: str, batch: int, repeats: int, model_kwargs: dict) -
 
 
 def validate_plan(plan: Plan, *, model: str | None = None, model_kwargs: dict | None = None, waves: int = WAVES,
-                  warmup_waves: int | None = None, slowdown: dict[str, float] | None = None, cores: int | None = None,
+                  warmup_waves: int | None = None, slowdown: dict[str, float] | None = None, cores: float | None = None,
                   link_Bps: float | None = None, latency_s: float | None = None, seed: int = 0,
                   profile_repeats: int = 5, colocated_work: float | None = None,
                   profile: ModelProfile | None = None, device: str = "cpu", data: str = "random",
@@ -201,9 +201,9 @@ def validate_plan(plan: Plan, *, model: str | None = None, model_kwargs: dict | 
     predicted_with = bracketed(before, host_profile(), plan, cluster, waves)
     prediction = hetsim.simulate(cluster, predicted_with, plan, waves=waves, warmup_waves=warmup_waves,
                                  seed=seed, slowdown=slowdown)
-    if inputs is not None:
-        inputs.update(plan=plan, cluster=cluster, profile=predicted_with, slowdown=slowdown, waves=waves,
-                      warmup_waves=warmup_waves, seed=seed)
+    if inputs is not None:      # the plan as predicted: the model the run trained, which --model may name
+        inputs.update(plan=replace(plan, model=model), cluster=cluster, profile=predicted_with, slowdown=slowdown,
+                      waves=waves, warmup_waves=warmup_waves, seed=seed)
     measurement.training["predicted_work_s_per_minibatch"] = {   # a TP member's: the stage's over t
         g: sum(predicted_with.stage_times(key, *s.layers)) / s.tp * cluster.nodes[0].colocated_work
         for vw in plan.virtual_workers for s in vw.stages for g in s.members}
@@ -232,7 +232,8 @@ def validate_plan(plan: Plan, *, model: str | None = None, model_kwargs: dict | 
 
 def write_inputs(inputs: dict, folder: str) -> str:
     """Write what a prediction was made from (validate_plan's `inputs`) as files `hetsim simulate`
-    takes, and return the command that predicts it again from them."""
+    takes, with command.txt: the command that predicts it again, run in that folder (its paths are the
+    files' names, so the folder may move). Returns the command with the folder's path, for printing."""
     import shlex
 
     import yaml
@@ -241,20 +242,23 @@ def write_inputs(inputs: dict, folder: str) -> str:
     from hetsim.plan import save_plan
     from hetsim.profile_files import save_profile
     os.makedirs(folder, exist_ok=True)
-    paths = {k: os.path.join(folder, name) for k, name in
-             (("plan", "plan.json"), ("cluster", "cluster.yaml"), ("profile", "profile.yaml"))}
-    save_plan(inputs["plan"], paths["plan"])
-    save_profile(inputs["profile"], paths["profile"])
-    with open(paths["cluster"], "w") as f:
+    names = {"plan": "plan.json", "cluster": "cluster.yaml", "profile": "profile.yaml"}
+    save_plan(inputs["plan"], os.path.join(folder, names["plan"]))
+    save_profile(inputs["profile"], os.path.join(folder, names["profile"]))
+    with open(os.path.join(folder, names["cluster"]), "w") as f:
         yaml.safe_dump(cluster_document(inputs["cluster"]), f, sort_keys=False, width=120)
-    command = ["hetsim", "simulate", "--cluster", paths["cluster"], "--profile", paths["profile"], "--plan",
-               paths["plan"], "--waves", str(inputs["waves"]), "--warmup-waves", str(inputs["warmup_waves"]),
-               "--seed", str(inputs["seed"])]
-    for gpu, factor in sorted(inputs["slowdown"].items()):
-        command += ["--slowdown", f"{gpu}={factor:g}"]
+
+    def command(where: str) -> str:
+        args = ["hetsim", "simulate", *(x for k in ("cluster", "profile", "plan")
+                                        for x in (f"--{k}", os.path.join(where, names[k]))),
+                "--waves", str(inputs["waves"]), "--warmup-waves", str(inputs["warmup_waves"]),
+                "--seed", str(inputs["seed"])]
+        for gpu, factor in sorted(inputs["slowdown"].items()):
+            args += ["--slowdown", f"{gpu}={factor!r}"]
+        return shlex.join(args)
     with open(os.path.join(folder, "command.txt"), "w") as f:
-        f.write(shlex.join(command) + "\n")
-    return shlex.join(command)
+        f.write(f"# run in this folder (or: python -m hetsim ...)\n{command('')}\n")
+    return command(folder)
 
 
 def _host_now(plan: Plan, model: str, model_kwargs, slowdown, cores, link_Bps, latency_s, colocated_work,

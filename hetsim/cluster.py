@@ -11,9 +11,10 @@ from functools import cached_property
 from pathlib import Path
 
 from hetsim.data import resolve
-from hetsim.errors import PlanError
+from hetsim.errors import PlanError, SpecError
 from hetsim.fields import Fields
-from hetsim.gpu import GpuType, gpu_type_from_fields, load_gpu_types
+from hetsim.gpu import GpuType, gpu_type_document, gpu_type_from_fields, load_gpu_types
+from hetsim.units import in_units
 
 __all__ = ["LinkSpec", "GpuSlot", "Node", "NodePath", "Cluster", "load_cluster", "cluster_document", "host_of"]
 
@@ -197,11 +198,15 @@ def _node(f: Fields, types: dict[str, GpuType]) -> Node:
 
 
 def cluster_document(cluster: Cluster) -> dict:
-    """The cluster as a file that load_cluster reads back to an equal cluster (up to float rounding of
-    the units), its GPU types inline so that it needs no other file."""
-    from hetsim.gpu import gpu_type_document
+    """The cluster as a file that load_cluster reads back to an equal cluster, bit for bit
+    (hetsim.units.in_units), its GPU types inline so that it needs no other file."""
+    types: dict[str, GpuType] = {}
+    for slot in cluster.gpus:
+        if types.setdefault(slot.type.name, slot.type) != slot.type:
+            raise SpecError(f"cluster {cluster.name}: two different GPU types are named {slot.type.name!r}; "
+                            "a file can hold only one")
     doc = {"name": cluster.name, "description": cluster.description,
-           "gpu_types": [gpu_type_document(t) for t in cluster.gpu_types.values()],
+           "gpu_types": [gpu_type_document(t) for t in types.values()],
            "network": _link_document(cluster.network), "nodes": [_node_document(n) for n in cluster.nodes],
            "parameter_servers": list(cluster.ps_nodes)}
     if cluster.paths:
@@ -231,12 +236,8 @@ def _node_document(node: Node) -> dict:
 
 
 def _link_document(link: LinkSpec) -> dict:
-    return {"kind": link.kind, "bandwidth_GBps": _tidy(link.bandwidth_Bps / 1e9), "latency_us": _tidy(link.latency_s * 1e6)}
-
-
-def _tidy(value: float) -> float:
-    """12 significant digits: 50e-6 s reads back as 50 us, not 49.99999999999999."""
-    return float(f"{value:.12g}")
+    return {"kind": link.kind, "bandwidth_GBps": in_units(link.bandwidth_Bps, 1e9),
+            "latency_us": in_units(link.latency_s, 1e-6)}
 
 
 def _link(f: Fields) -> LinkSpec:

@@ -15,7 +15,7 @@ from hetsim.data import data_root
 from hetsim.errors import SpecError
 from hetsim.fields import Fields
 from hetsim.plan import PRECISIONS
-from hetsim.units import GIB
+from hetsim.units import GIB, in_units
 
 __all__ = ["GpuType", "load_gpu_type", "load_gpu_types", "gpu_type_document", "KERNEL_CLASSES", "MATMUL_CLASSES"]
 
@@ -110,17 +110,18 @@ def gpu_type_from_fields(f: Fields) -> GpuType:
 
 
 def gpu_type_document(gpu: GpuType) -> dict:
-    """The GPU type as a file (or a cluster's inline `gpu_types` entry) that gpu_type_from_fields reads back."""
-    tidy = lambda value: float(f"{value:.12g}")     # 67e12 reads back as 67, not 66.99999999999999
+    """The GPU type as a file (or a cluster's inline `gpu_types` entry) that gpu_type_from_fields reads
+    back to an equal type, bit for bit (hetsim.units.in_units)."""
     doc = {"name": gpu.name, "display_name": gpu.display_name, "architecture": gpu.architecture,
-           "memory_gib": tidy(gpu.memory_bytes / GIB), "memory_bandwidth_GBps": tidy(gpu.memory_bandwidth_Bps / 1e9),
-           "peak_fp32_tflops": tidy(gpu.peak_fp32_flops / 1e12), "peak_fp16_tflops": tidy(gpu.peak_fp16_flops / 1e12)}
+           "memory_gib": gpu.memory_bytes / GIB, "memory_bandwidth_GBps": in_units(gpu.memory_bandwidth_Bps, 1e9),
+           "peak_fp32_tflops": in_units(gpu.peak_fp32_flops, 1e12),
+           "peak_fp16_tflops": in_units(gpu.peak_fp16_flops, 1e12)}
     for key, value in (("peak_tf32_tflops", gpu.peak_tf32_flops), ("peak_bf16_tflops", gpu.peak_bf16_flops)):
         if value is not None:
-            doc[key] = tidy(value / 1e12)
+            doc[key] = in_units(value, 1e12)
     doc |= {"tensor_cores": gpu.tensor_cores, "host_link": gpu.host_link}
     if gpu.framework_reserve_bytes:
-        doc["framework_reserve_gib"] = tidy(gpu.framework_reserve_bytes / GIB)
+        doc["framework_reserve_gib"] = gpu.framework_reserve_bytes / GIB
     if gpu.efficiency:
         doc["efficiency"] = dict(gpu.efficiency)
     return doc | {"sources": list(gpu.sources)}

@@ -112,6 +112,42 @@ def test_a_cluster_written_as_a_document_reads_back_equal(tmp_path, name):
     assert load_cluster(path, gpu_types={}) == cluster          # its GPU types travel inline
 
 
+def test_every_field_of_a_cluster_with_measured_figures_reads_back_bit_for_bit(tmp_path):
+    import yaml
+    from dataclasses import replace
+
+    from hetsim.cluster import Cluster, GpuSlot, LinkSpec, Node, NodePath, cluster_document
+    from hetsim.gpu import gpu_type_document, load_gpu_types
+    h100 = replace(load_gpu_types()["h100"], display_name="an H100 measured here", peak_fp32_flops=61.37e12,
+                   memory_bandwidth_Bps=3.0123456789e12, framework_reserve_bytes=1234567891,
+                   efficiency={"compute": 0.61})
+    odd = LinkSpec(kind="loopback", bandwidth_Bps=2220008047.3229337, latency_s=2.93e-4)
+    nodes = (Node(name="a", gpus=tuple(GpuSlot(id=f"a/gpu{i}", node="a", index=i, type=h100) for i in range(2)),
+                  intra_link=odd, shared_cores=1.75, colocated_work=1.037, copy_cores=16,
+                  nic=LinkSpec(kind="ethernet", bandwidth_Bps=1.25e9, latency_s=5e-5), nic_per_gpu=True),
+             Node(name="b", gpus=(GpuSlot(id="b/gpu0", node="b", index=0, type=h100),), intra_link=odd))
+    cluster = Cluster(name="measured", nodes=nodes, network=LinkSpec(kind="ethernet", bandwidth_Bps=1e9, latency_s=1e-5),
+                      ps_nodes=("b",), description="every field",
+                      paths=(NodePath(nodes=("a", "b"), link=LinkSpec(kind="ethernet", bandwidth_Bps=3.3e8, latency_s=2e-3)),))
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cluster_document(cluster)))
+    back = load_cluster(path)                 # the inline h100 wins over the shipped one of that name
+    assert back == cluster
+    assert gpu_type_document(back.gpus[0].type) == gpu_type_document(h100)      # efficiency included
+
+
+def test_two_gpu_types_of_one_name_cannot_be_written(tmp_path):
+    from dataclasses import replace
+
+    from hetsim.cluster import cluster_document
+    cluster = load_cluster("hetpipe_4node")
+    first = cluster.nodes[0]
+    other = replace(first.gpus[0].type, peak_fp32_flops=1.0)
+    node = replace(first, gpus=(first.gpus[0], replace(first.gpus[1], type=other)))
+    with pytest.raises(SpecError, match="two different GPU types are named"):
+        cluster_document(replace(cluster, nodes=(node, *cluster.nodes[1:])))
+
+
 def test_a_node_sharing_a_fraction_of_the_cores_reads_back_with_its_copy_cores(tmp_path):
     import yaml
     from dataclasses import replace

@@ -47,7 +47,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "delay where the plan's other ranks can fill the cores)")
     p.add_argument("--seed", type=whole(0), default=0)
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda: where the ranks compute")
-    p.add_argument("--out", default=None, metavar="DIR", help="write prediction/ and measurement/ reports here")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="write prediction/ and measurement/ reports here, and inputs/: the plan, cluster and "
+                        "profile the prediction was made from, with command.txt that predicts it again")
     add_quiet(p)
 
 
