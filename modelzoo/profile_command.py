@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import sys
 import warnings
 from pathlib import Path
 
@@ -35,6 +36,10 @@ def run(args: argparse.Namespace, derive_for: list[GpuType]) -> int:
             raise HetsimError(f"--device {args.device}: CUDA is not available here (torch {torch.__version__}, "
                               f"{torch.cuda.device_count()} CUDA devices); use --device cpu, or --no-measure "
                               "with --derive-for")
+    if not args.no_measure and not args.device.startswith("cuda") and args.precision == "tf32":
+        # TF32 is a tensor-core format; on a CPU the switch changes nothing, so say what was measured.
+        print("hetsim profile: warning: --precision tf32 has no effect on --device cpu; its layers are measured "
+              "in FP32", file=sys.stderr)
     profile = _profile(args, derive_for)
     _write(profile, args, [g.name for g in derive_for])
     return 0

@@ -100,6 +100,12 @@ def test_fused_attention_derives_a_faster_block_than_materialized_and_says_which
     assert block["fused"] < block["materialized"]
 
 
+def test_tf32_measured_on_a_cpu_says_it_changed_nothing(tmp_path, capsys):
+    assert main(["profile", "--model", "mlp", "--batch", "2", "--precision", "tf32", "--repeats", "1",
+                 "--warmup", "0", "-q", "--out", str(tmp_path / "p.yaml")]) == 0
+    assert "--precision tf32 has no effect on --device cpu" in capsys.readouterr().err
+
+
 def test_block_parts_by_kernel_class_add_up_to_the_counted_block():
     from modelzoo.kernel_classes import split_by_kernel_class
     from modelzoo.counting import count_model
