@@ -2,7 +2,7 @@
 --device cuda` runs plans on a one-GPU machine (executor.placement: copied to the host, sent over
 gloo, copied onto the GPU).
 
-    python experiments/validation/shared_gpu.py [--mib 32] [--device cuda] [--out FILE]
+    python experiments/validation/shared_gpu.py [--mib 32] [--sizes 4,8,16,32] [--device cuda] [--out FILE]
 
 For a message of --mib MiB it measures, each the median of --repeats:
 1. a GPU-to-host copy (into pageable memory, as `tensor.to("cpu")`) and a host-to-GPU copy, in one
@@ -10,7 +10,9 @@ For a message of --mib MiB it measures, each the median of --repeats:
 2. one hop of a gloo ping-pong between two processes on the GPU (copy out, send, receive, copy in),
    alone and while a third process keeps the GPU busy;
 3. the busy process's matrix-product rate alone and during each of those, which says whether the
-   transfers took GPU time from it.
+   transfers took GPU time from it;
+4. the hop alone at each of --sizes MiB: how its speed depends on the message size (`hetsim validate`
+   calibrates the link with 4 MiB messages).
 The answer decides how the simulator should charge such transfers (hetsim.cluster.Node.copy_cores):
 on the host's cores alone, or partly on the shared GPU. `--device cpu` runs the same steps without a
 GPU (a check of this script). Writes a Markdown table to --out (default: print only).
@@ -128,6 +130,17 @@ def _rate(samples: list[tuple[float, int]], start: float, end: float) -> float:
     return (n1 - n0) / (t1 - t0)
 
 
+def hops_by_size(device: str, sizes: list[int], repeats: int) -> dict[int, float]:
+    """Seconds of one gloo hop alone, per message size in MiB."""
+    ctx = mp.get_context("spawn")
+    out = {}
+    for mib in sizes:
+        with tempfile.TemporaryDirectory() as tmp:
+            out[mib] = _run(ctx, _ping, [(r, f"{tmp}/store", device, mib << 20, repeats) for r in (0, 1)],
+                            f"ping-pong of {mib} MiB")[2]
+    return out
+
+
 def measure(device: str, mib: int, repeats: int) -> dict:
     ctx = mp.get_context("spawn")
     nbytes = mib << 20
@@ -161,12 +174,13 @@ def measure(device: str, mib: int, repeats: int) -> dict:
     return result
 
 
-def report(result: dict, device: str, mib: int, repeats: int) -> str:
+def report(result: dict, device: str, mib: int, repeats: int, hops: dict[int, float]) -> str:
     name = torch.cuda.get_device_name(0) if device.startswith("cuda") else "cpu"
     rows = [("GPU-to-host copy (pageable), ms", "d2h_ms"), ("host-to-GPU copy, ms", "h2d_ms"),
             ("gloo hop between two ranks on the GPU (copy out, send, receive, copy in), ms", "hop_ms")]
     lines = [f"# Transfers through host memory between ranks sharing one GPU ({name})", "",
-             f"`python experiments/validation/shared_gpu.py --device {device} --mib {mib} --repeats {repeats}`; "
+             f"`python experiments/validation/shared_gpu.py --device {device} --mib {mib} --repeats {repeats}"
+             f"{' --sizes ' + ','.join(map(str, hops)) if hops else ''}`; "
              f"a {mib} MiB message, medians of {repeats}; torch {torch.__version__}.", "",
              "| measurement | alone | while another process runs matrix products |", "|---|---|---|"]
     lines += [f"| {label} | {result['alone'][k]:.2f} | {result['busy'][k]:.2f} |" for label, k in rows]
@@ -174,6 +188,9 @@ def report(result: dict, device: str, mib: int, repeats: int) -> str:
     side = _side(device)
     lines += ["", f"The other process's {side}x{side} FP32 matrix products: {g['alone']:.1f} TFLOP/s with nothing else "
               f"running, {g['during copies']:.1f} during the copies, {g['during ping-pong']:.1f} during the ping-pong."]
+    if hops:
+        lines += ["", "One gloo hop alone, by message size:", "", "| MiB | hop ms | GB/s |", "|---|---|---|"]
+        lines += [f"| {m} | {1e3 * t:.2f} | {(m << 20) / t / 1e9:.2f} |" for m, t in hops.items()]
     return "\n".join(lines) + "\n"
 
 
@@ -181,10 +198,13 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--mib", type=int, default=32, help="message size in MiB (default 32)")
     p.add_argument("--repeats", type=int, default=15, help="timed repeats of each (default 15)")
+    p.add_argument("--sizes", default="", help="comma-separated MiB: also time a hop alone at each (e.g. 4,8,16,32)")
     p.add_argument("--device", default="cuda", help="cuda (default) or cpu")
     p.add_argument("--out", type=Path, default=None, help="write the Markdown table here too")
     args = p.parse_args(argv)
-    text = report(measure(args.device, args.mib, args.repeats), args.device, args.mib, args.repeats)
+    sizes = [int(m) for m in args.sizes.split(",") if m]
+    result = measure(args.device, args.mib, args.repeats)
+    text = report(result, args.device, args.mib, args.repeats, hops_by_size(args.device, sizes, args.repeats))
     print(text)
     if args.out:
         args.out.write_text(text)
