@@ -5,8 +5,9 @@
 
 On the meta device, where modelzoo counts, F.scaled_dot_product_attention runs its math path: two
 batched products, a mask and a softmax, the s x s scores and probabilities going through memory.
-That is attention without a fused kernel ("materialized"): Megatron-LM's default core attention, the
-runs Sailor measured and the shipped kernel-class factors were fitted to. On a GPU, PyTorch runs the
+That is attention without a fused kernel ("materialized"): Megatron-LM's default core attention, and
+how the shipped kernel-class factors were fitted to Sailor's runs (whose block times fit fused
+counting as well once refitted: experiments/profiles/sailor_layers_fused.md). On a GPU, PyTorch runs the
 same call as one flash or memory-efficient kernel that keeps the s x s tiles on chip ("fused"), as
 modelzoo's transformers run under the executor on CUDA. Counted fused, the call is
 aten._scaled_dot_product_efficient_attention: FLOPs as torch.utils.flop_counter counts that kernel

@@ -14,7 +14,7 @@ from modelzoo.kernel_classes import split_by_kernel_class
 __all__ = ["derived_times", "tp_share"]
 
 
-ATTENTION = "materialized"         # Sailor's Megatron-DeepSpeed runs (see derived_times)
+ATTENTION = "materialized"         # as the kernel-class factors were fitted (see derived_times)
 
 
 def derived_times(profile, shape, cluster: dict, precision: str, tp_degrees: set[int] = frozenset({1}),
@@ -25,8 +25,8 @@ def derived_times(profile, shape, cluster: dict, precision: str, tp_degrees: set
     degree t > 1, times keyed TYPE@tpt: each rank does 1/t of the matrix products, attention and
     pointwise work (Megatron splits heads and the MLP width) but whole norms and the whole per-layer
     fixed cost, and each pass at least the type's TP floor; the all-reduces are left to the simulator.
-    Attention is counted materialized (modelzoo.attention), as Megatron-LM's core attention runs it
-    and as the kernel-class factors were fitted to these runs.
+    Attention is counted materialized (modelzoo.attention), as the kernel-class factors were fitted to
+    these runs (Megatron-LM's default; the runs' block times fit fused counting as well once refitted).
     `efficiency`: another efficiency.yaml than gpu_profiles' (a check with other factors)."""
     model, kwargs = _zoo_model(shape)
     counted = count_model(model, batch=profile.batch_size, attention=ATTENTION, **kwargs)

@@ -72,11 +72,20 @@ def measured(data: Path) -> dict[tuple[str, int], dict[str, float]]:
     return dict(sorted(out.items()))
 
 
+_COUNTING = {"attention": ATTENTION}        # main's --attention what-if changes it
+
+
+def _count_attention(attention: str) -> None:
+    """Count blocks with attention `attention` from now on."""
+    _COUNTING["attention"] = attention
+    costs.cache_clear()
+
+
 @cache
 def costs(mbs: int) -> tuple[LayerCost, LayerCost]:
     """The counted block (with parts by kernel class) and the final norm + head at micro-batch `mbs`."""
-    counted = count_model(ZOO_MODEL, batch=mbs, attention=ATTENTION, **SHAPE)
-    split = split_by_kernel_class(ZOO_MODEL, mbs, counted, attention=ATTENTION, **SHAPE)
+    counted = count_model(ZOO_MODEL, batch=mbs, attention=_COUNTING["attention"], **SHAPE)
+    split = split_by_kernel_class(ZOO_MODEL, mbs, counted, attention=_COUNTING["attention"], **SHAPE)
     head = counted[-2:]
     return split[1], LayerCost(kind="Head", **{f: sum(getattr(c, f) for c in head)
                                                for f in ("flops_fwd", "flops_bwd", "bytes_fwd", "bytes_bwd")})
@@ -275,10 +284,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=default_data(),
                         help="folder with Sailor's profiles_tmp.json (default: %(default)s)")
-    parser.add_argument("--out", type=Path, default=HERE / "sailor_layers.md")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="report (default sailor_layers.md here; sailor_layers_ATTENTION.md for a what-if)")
     parser.add_argument("--write-factors", action="store_true",
                         help="write fit A into gpu_profiles/efficiency.yaml (kernel_classes)")
+    parser.add_argument("--attention", default=ATTENTION, choices=("fused", "materialized"),
+                        help="count attention so (default %(default)s, as the shipped factors were fitted): the "
+                             "other is a what-if, compared with no shipped factors and written to --out only")
     args = parser.parse_args(argv)
+    what_if = args.attention != ATTENTION
+    if what_if and args.write_factors:
+        parser.error("--write-factors: the shipped factors are fitted with attention counted " + ATTENTION)
+    _count_attention(args.attention)
+    out = args.out or HERE / (f"sailor_layers_{args.attention}.md" if what_if else "sailor_layers.md")
     if not (args.data / "profiles_tmp.json").is_file():
         print(f"--data {args.data}: no profiles_tmp.json there (Sailor's data is not shipped with hetsim)",
               file=sys.stderr)
@@ -286,14 +304,17 @@ def main(argv: list[str] | None = None) -> int:
     rows = measured(args.data)
     fitted = {"A": fit(rows, FIT_A), "B": fit(rows, FIT_B)}
     text = report(rows, fitted, fit(rows, tuple(sorted({g for g, _ in rows})), "fp32"), args.data)
-    args.out.write_text(text)
+    if what_if:
+        text = (f"What-if: attention counted {args.attention} (`--attention {args.attention}`), factors refitted "
+                f"to it; the shipped factors count it {ATTENTION}.\n\n") + text
+    out.write_text(text)
     print(text)
     shipped = (yaml.safe_load((data_root() / "efficiency.yaml").read_text()).get("kernel_classes") or {})
     if args.write_factors:
         from modelzoo.pipedream_fit import write_efficiency
         write_efficiency(data_root() / "efficiency.yaml",
                          kernel_classes={"source": source_text(rows), "factors": fitted["A"]})
-    elif shipped.get("factors") != fitted["A"]:
+    elif not what_if and shipped.get("factors") != fitted["A"]:
         print("gpu_profiles/efficiency.yaml kernel_classes differ from fit A: rerun with --write-factors",
               file=sys.stderr)
         return 1
