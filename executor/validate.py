@@ -236,17 +236,14 @@ def write_inputs(inputs: dict, folder: str) -> str:
     files' names, so the folder may move). Returns the command with the folder's path, for printing."""
     import shlex
 
-    import yaml
-
-    from hetsim.cluster import cluster_document
+    from hetsim.cluster import save_cluster
     from hetsim.plan import save_plan
     from hetsim.profile_files import save_profile
     os.makedirs(folder, exist_ok=True)
     names = {"plan": "plan.json", "cluster": "cluster.yaml", "profile": "profile.yaml"}
     save_plan(inputs["plan"], os.path.join(folder, names["plan"]))
     save_profile(inputs["profile"], os.path.join(folder, names["profile"]))
-    with open(os.path.join(folder, names["cluster"]), "w") as f:
-        yaml.safe_dump(cluster_document(inputs["cluster"]), f, sort_keys=False, width=120)
+    save_cluster(inputs["cluster"], os.path.join(folder, names["cluster"]))
 
     def command(where: str) -> str:
         args = ["hetsim", "simulate", *(x for k in ("cluster", "profile", "plan")

@@ -16,7 +16,8 @@ from hetsim.fields import Fields
 from hetsim.gpu import GpuType, gpu_type_document, gpu_type_from_fields, load_gpu_types
 from hetsim.units import in_units
 
-__all__ = ["LinkSpec", "GpuSlot", "Node", "NodePath", "Cluster", "load_cluster", "cluster_document", "host_of"]
+__all__ = ["LinkSpec", "GpuSlot", "Node", "NodePath", "Cluster", "load_cluster", "save_cluster", "cluster_document",
+           "host_of"]
 
 # Usable bytes/s per lane and direction after line encoding (PCI-SIG base specifications).
 PCIE_LANE_Bps = {1: 0.25e9, 2: 0.5e9, 3: 0.985e9, 4: 1.969e9, 5: 3.938e9, 6: 7.563e9}
@@ -195,6 +196,12 @@ def _node(f: Fields, types: dict[str, GpuType]) -> Node:
     per_gpu = f.flag("nic_per_gpu")
     return Node(name=name, gpus=tuple(slots), intra_link=_link(f.sub("intra_link")), shared_cores=cores,
                 colocated_work=colocated, copy_cores=copy_cores, nic=nic, nic_per_gpu=per_gpu)
+
+
+def save_cluster(cluster: Cluster, path: str | Path) -> None:
+    """Write the cluster as a file that load_cluster reads back equal (cluster_document)."""
+    import yaml
+    Path(path).write_text(yaml.safe_dump(cluster_document(cluster), sort_keys=False, width=120))
 
 
 def cluster_document(cluster: Cluster) -> dict:

@@ -21,7 +21,7 @@ from modelzoo.counting import counted_profile
 from modelzoo.kernel_classes import split_by_kernel_class
 from modelzoo.profiler import measure_profile
 
-__all__ = ["run"]
+__all__ = ["run", "derive_times"]
 
 
 def run(args: argparse.Namespace, derive_for: list[GpuType]) -> int:
@@ -62,10 +62,18 @@ def _profile(args, derive_for: list[GpuType]):
                                progress=not args.no_progress, precision=args.precision, **kwargs)
     if not derive_for:
         return base
-    costs = split_by_kernel_class(args.model, args.batch, costs, attention=args.attention, **kwargs)
-    note = f", attention counted {args.attention}" if any(c.kind == "Block" for c in costs) else ""
-    return derive_profile(base, costs, derive_for, load_efficiencies({g.name: g for g in derive_for}),
-                          precision=args.precision, note=note)
+    return derive_times(args.model, args.batch, base, costs, derive_for, precision=args.precision,
+                        attention=args.attention, **kwargs)
+
+
+def derive_times(model: str, batch: int, base, costs: list, gpus: list[GpuType], *, precision: str,
+                 attention: str, **model_kwargs):
+    """`base` (counted or measured) with times derived for `gpus` from `costs` (modelzoo.counting's, with
+    `attention`), blocks split by kernel class: what `hetsim profile --derive-for` writes."""
+    costs = split_by_kernel_class(model, batch, costs, attention=attention, **model_kwargs)
+    note = f", attention counted {attention}" if any(c.kind == "Block" for c in costs) else ""
+    return derive_profile(base, costs, gpus, load_efficiencies({g.name: g for g in gpus}), precision=precision,
+                          note=note)
 
 
 def _device_type(args) -> str:

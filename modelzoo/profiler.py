@@ -126,19 +126,18 @@ def _math(precision: str | None) -> Iterator[None]:
         return
     matmul, conv = torch.backends.cuda.matmul, getattr(torch.backends.cudnn, "conv", None)
     if hasattr(matmul, "fp32_precision") and hasattr(conv, "fp32_precision"):
-        previous = matmul.fp32_precision, conv.fp32_precision
-        matmul.fp32_precision = conv.fp32_precision = "tf32" if precision == "tf32" else "ieee"
-        try:
-            yield
-        finally:
-            matmul.fp32_precision, conv.fp32_precision = previous
-        return
-    previous = matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = precision == "tf32"
+        switches = [(matmul, "fp32_precision"), (conv, "fp32_precision")]
+        value = "tf32" if precision == "tf32" else "ieee"
+    else:
+        switches, value = [(matmul, "allow_tf32"), (torch.backends.cudnn, "allow_tf32")], precision == "tf32"
+    previous = [getattr(owner, name) for owner, name in switches]
+    for owner, name in switches:
+        setattr(owner, name, value)
     try:
         yield
     finally:
-        matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = previous
+        for (owner, name), old in zip(switches, previous):
+            setattr(owner, name, old)
 
 
 def _passes(graph: LayerGraph, example: torch.Tensor, labels: torch.Tensor | None, repeats: int, warmup: int,

@@ -22,13 +22,13 @@ import statistics
 import sys
 from pathlib import Path
 
-from hetsim.derive import PASSES, derive_profile, load_efficiencies
+from hetsim.derive import PASSES
 from hetsim.gpu import load_gpu_types
 from hetsim.profile import ModelProfile
 from hetsim.profile_files import load_profile
 from modelzoo.attention import ATTENTION
 from modelzoo.counting import counted_profile
-from modelzoo.kernel_classes import split_by_kernel_class
+from modelzoo.profile_command import derive_times
 
 NAME = re.compile(r"(?P<model>.+)_b(?P<batch>\d+)_(?P<precision>fp32|tf32|fp16|bf16)$")
 
@@ -36,9 +36,8 @@ NAME = re.compile(r"(?P<model>.+)_b(?P<batch>\d+)_(?P<precision>fp32|tf32|fp16|b
 def derived(model: str, batch: int, precision: str, gpu: str, attention: str) -> ModelProfile:
     """What `hetsim profile --no-measure --derive-for GPU --precision P --attention A` writes."""
     skeleton, costs = counted_profile(model, batch, attention=attention)
-    costs = split_by_kernel_class(model, batch, costs, attention=attention)
-    gpus = load_gpu_types()
-    return derive_profile(skeleton, costs, [gpus[gpu]], load_efficiencies({gpu: gpus[gpu]}), precision=precision)
+    return derive_times(model, batch, skeleton, costs, [load_gpu_types()[gpu]], precision=precision,
+                        attention=attention)
 
 
 def parts(profile: ModelProfile, key: str) -> dict[str, dict[str, float]]:

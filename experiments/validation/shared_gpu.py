@@ -11,8 +11,8 @@ For a message of --mib MiB it measures, each the median of --repeats:
    alone and while a third process keeps the GPU busy;
 3. the busy process's matrix-product rate alone and during each of those, which says whether the
    transfers took GPU time from it;
-4. the hop alone at each of --sizes MiB: how its speed depends on the message size (`hetsim validate`
-   calibrates the link with 4 MiB messages).
+4. the link as `hetsim validate` calibrates it (executor.calibrate.link_speed, 4 MiB there), at each
+   of --sizes MiB: how the calibration depends on the message size.
 The answer decides how the simulator should charge such transfers (hetsim.cluster.Node.copy_cores):
 on the host's cores alone, or partly on the shared GPU. `--device cpu` runs the same steps without a
 GPU (a check of this script). Writes a Markdown table to --out (default: print only).
@@ -32,6 +32,7 @@ import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from executor.calibrate import link_speed  # noqa: E402
 from executor.children import die_with_parent, next_result  # noqa: E402
 
 GEMM = {"cuda": 4096, "cpu": 256}          # side of the busy process's square matrix products
@@ -130,15 +131,10 @@ def _rate(samples: list[tuple[float, int]], start: float, end: float) -> float:
     return (n1 - n0) / (t1 - t0)
 
 
-def hops_by_size(device: str, sizes: list[int], repeats: int) -> dict[int, float]:
-    """Seconds of one gloo hop alone, per message size in MiB."""
-    ctx = mp.get_context("spawn")
-    out = {}
-    for mib in sizes:
-        with tempfile.TemporaryDirectory() as tmp:
-            out[mib] = _run(ctx, _ping, [(r, f"{tmp}/store", device, mib << 20, repeats) for r in (0, 1)],
-                            f"ping-pong of {mib} MiB")[2]
-    return out
+def hops_by_size(device: str, sizes: list[int], repeats: int) -> dict[int, tuple[float, float]]:
+    """(latency_s, bandwidth_Bps) per message size in MiB, as `hetsim validate` calibrates the link
+    (executor.calibrate.link_speed, which it runs at 4 MiB)."""
+    return {mib: link_speed(large=repeats, nbytes=mib << 20, device=device) for mib in sizes}
 
 
 def measure(device: str, mib: int, repeats: int) -> dict:
@@ -174,7 +170,7 @@ def measure(device: str, mib: int, repeats: int) -> dict:
     return result
 
 
-def report(result: dict, device: str, mib: int, repeats: int, hops: dict[int, float]) -> str:
+def report(result: dict, device: str, mib: int, repeats: int, hops: dict[int, tuple[float, float]]) -> str:
     name = torch.cuda.get_device_name(0) if device.startswith("cuda") else "cpu"
     rows = [("GPU-to-host copy (pageable), ms", "d2h_ms"), ("host-to-GPU copy, ms", "h2d_ms"),
             ("gloo hop between two ranks on the GPU (copy out, send, receive, copy in), ms", "hop_ms")]
@@ -189,8 +185,10 @@ def report(result: dict, device: str, mib: int, repeats: int, hops: dict[int, fl
     lines += ["", f"The other process's {side}x{side} FP32 matrix products: {g['alone']:.1f} TFLOP/s with nothing else "
               f"running, {g['during copies']:.1f} during the copies, {g['during ping-pong']:.1f} during the ping-pong."]
     if hops:
-        lines += ["", "One gloo hop alone, by message size:", "", "| MiB | hop ms | GB/s |", "|---|---|---|"]
-        lines += [f"| {m} | {1e3 * t:.2f} | {(m << 20) / t / 1e9:.2f} |" for m, t in hops.items()]
+        lines += ["", "The link as `hetsim validate` calibrates it (executor.calibrate.link_speed), by message size:",
+                  "", "| MiB | latency us | bandwidth GB/s | one hop ms |", "|---|---|---|---|"]
+        lines += [f"| {m} | {1e6 * lat:.0f} | {bw / 1e9:.2f} | {1e3 * (lat + (m << 20) / bw):.2f} |"
+                  for m, (lat, bw) in hops.items()]
     return "\n".join(lines) + "\n"
 
 

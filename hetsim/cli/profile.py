@@ -7,9 +7,10 @@
 Writes hetsim's YAML/JSON format, or PipeDream's graph.txt when --out ends in .txt (one device
 type's times: --graph-gpu). Measured and derived times are both for training at --precision
 (hetsim.derive says which math each precision implies; modelzoo.profiler measures in that math),
-derived transformer blocks with attention counted as --attention says (modelzoo.attention). This module holds the command's arguments and checks them; measuring
-needs torch and lives with the model zoo (modelzoo.profile_command), found by name in
-hetsim.cli.torch_side's table: torch loads only when this command runs.
+derived transformer blocks with attention counted as --attention says (modelzoo.attention). This
+module holds the command's arguments and checks them; measuring needs torch and lives with the model
+zoo (modelzoo.profile_command), found by name in hetsim.cli.torch_side's table: torch loads only when
+this command runs.
 """
 
 from __future__ import annotations
