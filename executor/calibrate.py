@@ -24,7 +24,8 @@ from executor.stage import StageModel
 from executor.wsp import WspClient
 from hetsim.plan import ASYNC_SCHEDULES
 
-__all__ = ["optimizer_seconds", "link_speed", "handoff_delay", "wake_delays", "busy_wait"]
+__all__ = ["optimizer_seconds", "link_speed", "collective_call", "collective_latency", "handoff_delay",
+           "wake_delays", "busy_wait"]
 
 
 def optimizer_seconds(model: str, *, schedule: str, nm: int, wsp: bool, bsp: bool = False, repeats: int = 9,
@@ -98,8 +99,7 @@ def _measure(model: str, schedule: str, nm: int, wsp: bool, bsp: bool, repeats: 
     return [per * n / total if total else 0.0 for n in numel]
 
 
-def _ping(rank: int, path: str, small: int, large: int, nbytes: int, out, device: str = "cpu",
-          nccl: bool = False) -> None:
+def _ping(rank: int, path: str, small: int, large: int, nbytes: int, device: str, nccl: bool, out) -> None:
     import torch.distributed as dist
     from executor.placement import CPU, Placement
     die_with_parent()
@@ -173,23 +173,87 @@ def link_speed(small: int = 200, large: int = 30, nbytes: int = 4 << 20, *, devi
     processes than cores is the scheduler's delay: what every pipeline hand-off costs.
     On CUDA the message goes from GPU to GPU as the executor's do (executor.placement): over NCCL
     between GPUs 0 and 1 (`nccl`), else through host memory over gloo, both ends on GPU 0."""
+    return _first_result(_ping, 2, (small, large, nbytes, device, nccl), "link_speed: ping-pong")
+
+
+def collective_call(nbytes: int, ranks: int = 2, *, device: str = "cpu", nccl: bool = False, calls: int = 30,
+                    busy_s: float = 0.005) -> float:
+    """Median seconds of one all-reduce of `nbytes` among `ranks` processes on this host, entered as a
+    tensor-parallel stage's are: by every member at once, straight from `busy_s` of compute, through
+    the executor's own call (modelzoo.tp.TPComm: on CUDA through host memory over gloo, or over NCCL
+    with a GPU each). On CPU such a call costs several times its bytes' time
+    (experiments/validation/results/collective_gap.md); on CUDA the time starts once the GPU is idle,
+    as the simulator's all-reduces start after the pass's compute."""
+    return _first_result(_collective_calls, ranks, (ranks, nbytes, calls, busy_s, device, nccl),
+                         "collective_call: all-reduces")
+
+
+def _first_result(target, ranks: int, args: tuple, what: str):
+    """Run target(rank, store path, *args, queue) in `ranks` spawned processes (one process group, met
+    through a file store) and return the first result any of them puts on the queue."""
     import tempfile
 
     import torch.multiprocessing as mp
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     with tempfile.TemporaryDirectory() as tmp:
-        procs = [ctx.Process(target=_ping, args=(r, f"{tmp}/store", small, large, nbytes, out, device, nccl))
-                 for r in range(2)]
+        procs = [ctx.Process(target=target, args=(r, f"{tmp}/store", *args, out)) for r in range(ranks)]
         for p in procs:
             p.start()
         try:
-            return next_result(out, procs, 120.0, "link_speed: ping-pong")
+            return next_result(out, procs, 120.0, what)
         finally:
             for p in procs:
                 p.join(timeout=5.0)
                 if p.is_alive():
                     p.kill()
+
+
+def collective_latency(per_call_s: float, nbytes: int, ranks: int, latency_s: float, bandwidth_Bps: float) -> float:
+    """A link's collective_latency_s from one measured call: what the call took beyond its ring's
+    2(n - 1) steps of the link's latency and nbytes/n each (hetsim.topology.Topology.tp_pass_s)."""
+    ring = 2 * (ranks - 1) * (latency_s + nbytes / ranks / bandwidth_Bps)
+    return max(0.0, per_call_s - ring)
+
+
+def _collective_calls(rank: int, path: str, ranks: int, nbytes: int, calls: int, busy_s: float, device: str,
+                      nccl: bool, out) -> None:
+    import torch.distributed as dist
+    from modelzoo.tp import TPComm
+    die_with_parent()
+    steady_allocator()
+    torch.set_num_threads(1)
+    gpu = device != "cpu"
+    if gpu:
+        torch.cuda.set_device(torch.device("cuda", rank if nccl else 0))
+    compute = torch.device("cuda", torch.cuda.current_device()) if gpu else torch.device("cpu")
+    dist.init_process_group("nccl" if nccl else "gloo", init_method=f"file://{path}", rank=rank, world_size=ranks)
+    comm = TPComm(rank, ranks, dist.group.WORLD, compute if nccl else "cpu")
+    x = torch.ones(nbytes // 4, device=compute)
+    work = torch.ones(512, 512, device=compute)
+    times = []
+    for k in range(calls + 3):                  # the first calls set up the group's connections
+        dist.barrier()
+        _busy(work, busy_s)
+        t0 = time.perf_counter()
+        y = comm.all_reduce(x)
+        if gpu:
+            torch.cuda.synchronize()
+        if k >= 3:
+            times.append(time.perf_counter() - t0)
+        del y
+    if rank == 0:
+        out.put(statistics.median(times))
+    dist.destroy_process_group()
+
+
+def _busy(work: torch.Tensor, seconds: float) -> None:
+    """Compute for `seconds` in matrix products (on a GPU each waited for, so none is left queued)."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        work @ work
+        if work.is_cuda:
+            torch.cuda.synchronize()
 
 
 def handoff_delay(ranks: int, cores: float, *, rounds: int = 100, compute_s: float = 0.004) -> float:

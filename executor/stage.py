@@ -76,7 +76,7 @@ class StageModel:
                  for n, p in graph.layers[i].named_parameters()]
         self.names = [n for n, _ in named]
         self._layer_of = [int(n.split(".")[1]) - lo for n in self.names]    # weight -> layer in the stage
-        self.weights = [p.detach().clone() for _, p in named]
+        self.weights = _take_weights([p for _, p in named])
         self.is_last, self.lr, self.momentum = is_last, lr, momentum
         self.loss_fn = loss_fn            # modelzoo.tasks' loss, or a tensor-parallel head's (modelzoo.tp)
         self.version = 0                  # bumped whenever the weights change (update, step, pull)
@@ -273,6 +273,22 @@ class StageModel:
             self._ptr_version = {p: v for p, v in self._ptr_version.items() if p in keep}
         if self.weights:
             self._ptr_version[self.weights[0].data_ptr()] = self.version
+
+
+def _take_weights(params: list[nn.Parameter]) -> list[torch.Tensor]:
+    """A plain copy of each parameter, the parameter's own storage freed right after it is copied:
+    forward swaps the copies in (functional_call), so keeping both would hold every weight twice on
+    the device (and copying all before freeing any, for a moment). Parameters sharing a storage (one
+    listed twice) each get their own copy, as the stage trains them apart."""
+    sharing: dict[int, list[int]] = {}
+    for i, p in enumerate(params):
+        sharing.setdefault(p.untyped_storage()._cdata, []).append(i)
+    out: list[torch.Tensor] = [torch.empty(0)] * len(params)
+    for members in sharing.values():
+        for i in members:
+            out[i] = params[i].detach().clone()
+        params[members[0]].untyped_storage().resize_(0)
+    return out
 
 
 def _or_zeros(like, grads) -> tuple[torch.Tensor, ...]:

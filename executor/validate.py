@@ -54,9 +54,22 @@ def _spin(seconds: float, out) -> None:
     out.put(time.process_time() - cpu0)
 
 
-def available_cores(seconds: float = 1.0) -> float:
+def available_cores(seconds: float = 1.0, tries: int = 3) -> float:
     """How many of this host's cores our processes get right now: spin one process per core and add
-    up the CPU time each received (on a quiet host this is the core count; other load lowers it)."""
+    up the CPU time each received (on a quiet host this is the core count; other load lowers it).
+    Short of the core count, it measures again, up to `tries` times, and keeps the most: the probes
+    validate runs just before leave the host busy for a moment after their processes are joined
+    (right after executor.colocation's four probes of vw2_tp2_bsp_gpt: 1.78 cores, 3 s later 1.99),
+    load that will not be there during the run, while other load lowers every try."""
+    cores = 0.0
+    for _ in range(tries):
+        cores = max(cores, _cores_now(seconds))
+        if cores >= (os.cpu_count() or 1) - 0.05:
+            break
+    return cores
+
+
+def _cores_now(seconds: float) -> float:
     ctx = multiprocessing.get_context("fork")
     out = ctx.Queue()
     procs = [ctx.Process(target=_spin, args=(seconds, out)) for _ in range(os.cpu_count() or 1)]
@@ -70,14 +83,16 @@ def available_cores(seconds: float = 1.0) -> float:
 
 def host_cluster(n_ranks: int, cores: float | None, link_Bps: float, latency_s: float,
                  colocated_work: float = 1.0, device_type: GpuType = CPU_TYPE,
-                 copy_cores: int | None = None) -> Cluster:
+                 copy_cores: int | None = None, collective_latency_s: float = 0.0) -> Cluster:
     """This machine: one node with `n_ranks` CPU rank slots host/gpu0.. sharing `cores` cores, linked
     by gloo over loopback with the given bandwidth and per-message latency; compute costs
     `colocated_work` times its profiled CPU work there (see executor.colocation). On CUDA the slots
     are of `device_type` and `cores` is how many ranks the shared GPU runs at once (None: a GPU each),
-    while `copy_cores` host cores move their messages (hetsim.cluster.Node.copy_cores)."""
+    while `copy_cores` host cores move their messages (hetsim.cluster.Node.copy_cores). A collective
+    call among the ranks costs `collective_latency_s` on top of its ring's messages."""
     slots = tuple(GpuSlot(id=f"host/gpu{i}", node="host", index=i, type=device_type) for i in range(n_ranks))
-    link = LinkSpec(kind="loopback", bandwidth_Bps=link_Bps, latency_s=latency_s)
+    link = LinkSpec(kind="loopback", bandwidth_Bps=link_Bps, latency_s=latency_s,
+                    collective_latency_s=collective_latency_s)
     name = (f"this_host_{cores if cores is not None else 'dedicated'}_cores_{latency_s * 1e6:.0f}us_work_x{colocated_work:.3f}"
             + (f"_copies_on_{copy_cores}_cores" if copy_cores and cores is not None else ""))
     return Cluster(name=name, nodes=(Node(name="host", gpus=slots, intra_link=link, shared_cores=cores,
@@ -104,15 +119,40 @@ def with_optimizer_costs(profile: ModelProfile, per_layer_s: list[float], device
 
 
 def with_tp_allreduce_bytes(profile: ModelProfile, model: str, model_kwargs: dict) -> ModelProfile:
-    """The profile with each layer's tensor-parallel all-reduce bytes per pass (modelzoo.saved, counted
-    on the meta device at the profile's batch), which a measured profile lacks: the simulator runs a TP
-    stage's compute divided by its degree, then these all-reduces on the node's links."""
+    """The profile with each layer's tensor-parallel all-reduce bytes and calls per pass (modelzoo.saved,
+    counted on the meta device at the profile's batch), which a measured profile lacks: the simulator
+    runs a TP stage's compute divided by its degree, then these all-reduces on the node's links."""
+    counts = _tp_counts(model, profile.batch_size, model_kwargs)
+    layers = tuple(replace(l, tp_allreduce_bytes=c.tp_allreduce_bytes, tp_allreduce_calls=c.tp_allreduce_calls)
+                   for l, c in zip(profile.layers, counts))
+    return replace(profile, layers=layers, source=profile.source + " + TP all-reduce bytes counted by modelzoo.saved")
+
+
+def _tp_counts(model: str, batch: int, model_kwargs: dict):
     import modelzoo
     from modelzoo.saved import count_saved
-    net, example = modelzoo.build(model, batch=profile.batch_size, device="meta", **model_kwargs)
-    counts = count_saved(modelzoo.layer_graph(net), example)
-    layers = tuple(replace(l, tp_allreduce_bytes=c.tp_allreduce_bytes) for l, c in zip(profile.layers, counts))
-    return replace(profile, layers=layers, source=profile.source + " + TP all-reduce bytes counted by modelzoo.saved")
+    net, example = modelzoo.build(model, batch=batch, device="meta", **model_kwargs)
+    return count_saved(modelzoo.layer_graph(net), example)
+
+
+def with_collective_latency(cluster: Cluster, plan: Plan, model: str, model_kwargs: dict, device: str,
+                            nccl: bool = False) -> tuple[Cluster, float]:
+    """The host cluster with its link's collective latency measured now for the plan's tensor-parallel
+    all-reduces (executor.calibrate.collective_call at the plan's bytes per call and widest group),
+    and the measured seconds of one call."""
+    from executor.calibrate import collective_call, collective_latency
+    counts = _tp_counts(model, plan.minibatch_size, model_kwargs)
+    calls = sum(c.tp_allreduce_calls for c in counts)
+    nbytes = sum(c.tp_allreduce_bytes for c in counts) // max(calls, 1)
+    ranks = max(s.tp for vw in plan.virtual_workers for s in vw.stages)
+    if not nbytes or ranks < 2:
+        return cluster, 0.0
+    per_call = collective_call(nbytes, ranks, device=device, nccl=nccl)
+    node = cluster.nodes[0]
+    link = node.intra_link
+    fixed = collective_latency(per_call, nbytes, ranks, link.latency_s, link.bandwidth_Bps)
+    node = replace(node, intra_link=replace(link, collective_latency_s=fixed))
+    return replace(cluster, nodes=(node,), network=node.intra_link), per_call
 
 
 def cuda_type(device: str = "cuda") -> GpuType:
@@ -186,6 +226,11 @@ def validate_plan(plan: Plan, *, model: str | None = None, model_kwargs: dict | 
     key = cluster.gpus[0].type.name
     given = profile
     tensor_parallel = any(s.tp > 1 for vw in plan.virtual_workers for s in vw.stages)
+    call_s = 0.0
+    if tensor_parallel:
+        from executor.placement import uses_nccl
+        cluster, call_s = with_collective_latency(cluster, plan, model, model_kwargs or {}, device,
+                                                  uses_nccl(device, "auto", len(plan.gpus)) and gpu_count() > 1)
 
     def host_profile() -> ModelProfile:
         measured = given or _profile(model, plan.minibatch_size, profile_repeats, model_kwargs or {}, device)
@@ -219,11 +264,13 @@ def validate_plan(plan: Plan, *, model: str | None = None, model_kwargs: dict | 
                                                    "after": available_cores()}
     measurement.training["colocated_work"] = cluster.nodes[0].colocated_work
     measurement.training["handoff_s"] = handoff_s     # part of the link latency the prediction used
+    measurement.training["tp_allreduce_call_s"] = call_s     # one measured call (0: no TP stage)
     if handoff_s:
         # What the hand-off is worth in this run: the same prediction with the link's latency alone.
         node = cluster.nodes[0]
         alone = host_cluster(len(node.gpus), node.shared_cores, node.intra_link.bandwidth_Bps,
-                             node.intra_link.latency_s - handoff_s, node.colocated_work, copy_cores=node.copy_cores)
+                             node.intra_link.latency_s - handoff_s, node.colocated_work, copy_cores=node.copy_cores,
+                             collective_latency_s=node.intra_link.collective_latency_s)
         measurement.training["predicted_samples_s_without_handoff"] = hetsim.simulate(
             alone, predicted_with, plan, waves=waves, warmup_waves=warmup_waves, seed=seed,
             slowdown=slowdown).throughput["samples_per_s"]
@@ -413,6 +460,8 @@ def run(args: argparse.Namespace) -> int:
         shared = measurement.training["gpu_concurrency"]
         where = (f"{len(measurement.gpus)} stage ranks on {args.device}, "
                  + (f"one GPU shared, concurrency {shared}" if shared else "a GPU each"))
+    if measurement.training["tp_allreduce_call_s"]:
+        where += f", {measurement.training['tp_allreduce_call_s'] * 1e3:.2f} ms a TP all-reduce call"
     print(f"validate: plan {plan.name} on this host ({where}), {args.waves} waves, "
           f"{measurement.settings['warmup_waves']} warm-up")
     print(format_comparison(compare_reports(prediction, measurement) + work_rows(measurement)))

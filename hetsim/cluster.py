@@ -33,6 +33,9 @@ class LinkSpec:
     kind: str
     bandwidth_Bps: float
     latency_s: float
+    # The fixed cost of one collective call among GPUs this link joins (its launch, the members' entry
+    # and wake-up), paid once per call on top of the per-message latency of each of its ring's steps.
+    collective_latency_s: float = 0.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -243,12 +246,16 @@ def _node_document(node: Node) -> dict:
 
 
 def _link_document(link: LinkSpec) -> dict:
-    return {"kind": link.kind, "bandwidth_GBps": in_units(link.bandwidth_Bps, 1e9),
-            "latency_us": in_units(link.latency_s, 1e-6)}
+    doc = {"kind": link.kind, "bandwidth_GBps": in_units(link.bandwidth_Bps, 1e9),
+           "latency_us": in_units(link.latency_s, 1e-6)}
+    if link.collective_latency_s:
+        doc["collective_latency_us"] = in_units(link.collective_latency_s, 1e-6)
+    return doc
 
 
 def _link(f: Fields) -> LinkSpec:
-    f.reject_unknown({"kind", "gen", "lanes", "bandwidth_GBps", "bandwidth_gbit_s", "latency_us"})
+    f.reject_unknown({"kind", "gen", "lanes", "bandwidth_GBps", "bandwidth_gbit_s", "latency_us",
+                      "collective_latency_us"})
     kind = f.text("kind", choices=_LINK_KINDS)
     if f.has("bandwidth_GBps"):
         bandwidth = f.number("bandwidth_GBps", positive=True) * 1e9
@@ -261,4 +268,5 @@ def _link(f: Fields) -> LinkSpec:
         bandwidth = PCIE_LANE_Bps[gen] * f.number("lanes", 16, positive=True, integer=True)
     else:
         raise f.error("bandwidth_GBps", f"missing (a {kind} link needs bandwidth_GBps or bandwidth_gbit_s)")
-    return LinkSpec(kind=kind, bandwidth_Bps=bandwidth, latency_s=f.number("latency_us", 0.0, nonnegative=True) * 1e-6)
+    return LinkSpec(kind=kind, bandwidth_Bps=bandwidth, latency_s=f.number("latency_us", 0.0, nonnegative=True) * 1e-6,
+                    collective_latency_s=f.number("collective_latency_us", 0.0, nonnegative=True) * 1e-6)

@@ -60,8 +60,15 @@ class LayerProfile:
     # Of saved_bytes, what the layer before it saves too (a ReLU output the next convolution keeps as
     # its input): a stage holding both layers keeps it once.
     saved_shared_bytes: int = 0
-    # Bytes each forward (and again each backward) all-reduces inside a tensor-parallel group.
+    # Bytes each forward (and again each backward) all-reduces inside a tensor-parallel group, and in
+    # how many calls (0: one, where there are bytes): each call pays the link's fixed collective cost.
     tp_allreduce_bytes: int = 0
+    tp_allreduce_calls: int = 0
+
+    @property
+    def tp_calls(self) -> int:
+        """All-reduce calls a pass of this layer makes in a tensor-parallel group."""
+        return self.tp_allreduce_calls or (1 if self.tp_allreduce_bytes else 0)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -115,6 +122,10 @@ class ModelProfile:
         return self._prefix([l.tp_allreduce_bytes for l in self.layers])
 
     @cached_property
+    def _tp_calls_prefix(self) -> np.ndarray:
+        return self._prefix([l.tp_calls for l in self.layers])
+
+    @cached_property
     def _param_prefix(self) -> np.ndarray:
         return self._prefix([l.param_bytes for l in self.layers])
 
@@ -145,6 +156,10 @@ class ModelProfile:
 
     def stage_tp_allreduce_bytes(self, lo: int, hi: int) -> int:
         return int(self._tp_prefix[hi] - self._tp_prefix[lo])
+
+    def stage_tp_allreduce_calls(self, lo: int, hi: int) -> int:
+        """All-reduce calls of one pass of layers [lo, hi) in a tensor-parallel group."""
+        return int(self._tp_calls_prefix[hi] - self._tp_calls_prefix[lo])
 
     def stage_param_bytes(self, lo: int, hi: int) -> int:
         return int(self._param_prefix[hi] - self._param_prefix[lo])
@@ -215,6 +230,8 @@ class ModelProfile:
                 item["saved_shared_bytes"] = l.saved_shared_bytes
             if l.tp_allreduce_bytes:
                 item["tp_allreduce_bytes"] = l.tp_allreduce_bytes
+            if l.tp_allreduce_calls:
+                item["tp_allreduce_calls"] = l.tp_allreduce_calls
             layers.append(item)
         chain = all(self.edges[i] == (i, i + 1) for i in range(len(self.edges))) and \
             len(self.edges) == self.n_layers - 1
@@ -267,7 +284,7 @@ def profile_from_dict(data: Any, source_name: str) -> ModelProfile:
 def _layer(f: Fields) -> LayerProfile:
     f.reject_unknown({"name", "kind", "param_bytes", "output_bytes", "fwd_s", "bwd_s", "flops_fwd",
                       "update_s", "saved_bytes", "saved_replicated_bytes", "saved_shared_bytes",
-                      "tp_allreduce_bytes"})
+                      "tp_allreduce_bytes", "tp_allreduce_calls"})
     times = {}
     for key in ("fwd_s", "bwd_s", "update_s"):
         sub = f.sub(key) if key != "update_s" or f.has(key) else Fields({}, f.source)
@@ -283,4 +300,5 @@ def _layer(f: Fields) -> LayerProfile:
                         saved_replicated_bytes=f.number("saved_replicated_bytes", 0, nonnegative=True,
                                                         integer=True),
                         saved_shared_bytes=f.number("saved_shared_bytes", 0, nonnegative=True, integer=True),
-                        tp_allreduce_bytes=f.number("tp_allreduce_bytes", 0, nonnegative=True, integer=True))
+                        tp_allreduce_bytes=f.number("tp_allreduce_bytes", 0, nonnegative=True, integer=True),
+                        tp_allreduce_calls=f.number("tp_allreduce_calls", 0, nonnegative=True, integer=True))

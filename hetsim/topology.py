@@ -84,6 +84,29 @@ class Topology:
             latency += self._intra_latency[dst_node] if src_node != dst_node or src.endswith("/host") else 0.0
         return Route(tuple(links), latency)
 
+    def collective_overhead_s(self, gpus: list[str], calls: int) -> float:
+        """What `calls` ring all-reduces among `gpus` take beyond one ring of all their bytes, with
+        nothing else on the links: each call's fixed cost (the `collective_latency_s` of the links it
+        spans, the slowest of them) and the per-message latency of every further call's 2(n - 1) steps."""
+        if len(gpus) < 2 or calls < 1:
+            return 0.0
+        nodes = {self._node_of[g] for g in gpus}
+        links = [self.cluster.node(n).intra_link for n in nodes]
+        if len(nodes) > 1:
+            links += [self.cluster.nic(n) for n in nodes]
+        step = max(self.route(a, b).latency_s for a, b in zip(gpus, gpus[1:] + gpus[:1]))
+        return calls * max(l.collective_latency_s for l in links) + (calls - 1) * 2 * (len(gpus) - 1) * step
+
+    def tp_pass_s(self, node: str, tp: int, nbytes: float, calls: int) -> float:
+        """One pass's activation all-reduces of a tensor-parallel group of `tp` GPUs of `node` on idle
+        links: `calls` rings moving nbytes in all, each step paying the node link's latency, each call
+        its collective latency (as the simulator's ring_allreduce with collective_overhead_s)."""
+        if tp < 2 or nbytes <= 0:
+            return 0.0
+        link = self.cluster.node(node).intra_link
+        steps = 2 * (tp - 1)
+        return steps * (nbytes / tp / link.bandwidth_Bps + calls * link.latency_s) + calls * link.collective_latency_s
+
     def bottleneck_Bps(self, src: str, dst: str) -> float:
         """The slowest link's bandwidth on the route, for analytic estimates (inf if local)."""
         links = self.route(src, dst).links

@@ -74,10 +74,12 @@ def transformer_layers(shape: TransformerShape, batch: int) -> list[LayerProfile
     split = sbh * e * (q + 1 + m) + shape.heads * s * s * b * (e + d * (e + 1))
     layers = [LayerProfile(name="embedding", kind="Embeddings", param_bytes=4 * shape.embedding_params(),
                            output_bytes=sbh * e, fwd_s={}, bwd_s={}, saved_bytes=sbh + 8 * s * b,
-                           saved_replicated_bytes=sbh + 8 * s * b, tp_allreduce_bytes=sbh * e)]
+                           saved_replicated_bytes=sbh + 8 * s * b, tp_allreduce_bytes=sbh * e,
+                           tp_allreduce_calls=1)]
     layers += [LayerProfile(name=f"block{i}", kind="Block", param_bytes=4 * shape.block_params(),
                             output_bytes=sbh * e, fwd_s={}, bwd_s={}, saved_bytes=int(replicated + split),
-                            saved_replicated_bytes=int(replicated), tp_allreduce_bytes=2 * sbh * e)
+                            saved_replicated_bytes=int(replicated), tp_allreduce_bytes=2 * sbh * e,
+                            tp_allreduce_calls=2)
                for i in range(shape.n_layer)]
     # The head keeps the final norm's input and, for the loss, the logits and their softmax.
     logits = s * b * shape.vocab * e

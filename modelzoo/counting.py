@@ -66,6 +66,7 @@ def counted_profile(model: str, batch: int, *, attention: str = "fused",
                                 saved_bytes=saved[i].saved_bytes,
                                 saved_replicated_bytes=saved[i].replicated_bytes,
                                 tp_allreduce_bytes=saved[i].tp_allreduce_bytes,
+                                tp_allreduce_calls=saved[i].tp_allreduce_calls,
                                 saved_shared_bytes=saved[i].shared_bytes)
                    for i in range(len(graph)))
     shape = "x".join(map(str, example.shape[1:]))

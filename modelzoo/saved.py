@@ -50,12 +50,13 @@ aten = torch.ops.aten
 @dataclass(frozen=True)
 class SavedBytes:
     """One layer, one minibatch: what autograd keeps, the part a TP member keeps whole, and what one
-    forward all-reduces inside a TP group."""
+    forward all-reduces inside a TP group, in how many calls."""
 
     saved_bytes: int
     replicated_bytes: int
     tp_allreduce_bytes: int
     shared_bytes: int = 0        # of saved_bytes, what the layer before it saves too (its output)
+    tp_allreduce_calls: int = 0
 
 
 def count_saved(graph: LayerGraph, example: torch.Tensor) -> list[SavedBytes]:
@@ -96,7 +97,8 @@ def _layer_saved(layer: nn.Module, inputs: list[torch.Tensor]):
     total = sum(s.nbytes() for s, _ in saved.values())
     whole = sum(s.nbytes() for s, replicated in saved.values() if replicated)
     storages = {k: s.nbytes() for k, (s, _replicated) in saved.items()}
-    return SavedBytes(saved_bytes=total, replicated_bytes=whole, tp_allreduce_bytes=tp.allreduce_bytes), out, storages
+    return SavedBytes(saved_bytes=total, replicated_bytes=whole, tp_allreduce_bytes=tp.allreduce_bytes,
+                      tp_allreduce_calls=tp.allreduce_calls), out, storages
 
 
 def _key(t: torch.Tensor) -> int:
@@ -114,7 +116,7 @@ class _TensorParallel(TorchDispatchMode):
         super().__init__()
         self.weights, self.inputs = weights, inputs
         self.split: dict[int, torch.UntypedStorage] = {}
-        self.allreduce_bytes = 0
+        self.allreduce_bytes = self.allreduce_calls = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -124,13 +126,17 @@ class _TensorParallel(TorchDispatchMode):
         outputs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
         if len(operands) < len(tensors) and func in self._PRODUCTS:
             if split:                                      # row-parallel: all-reduced, whole again
-                self.allreduce_bytes += sum(t.nbytes for t in outputs)
+                self._all_reduce(outputs)
             split = not split
         elif func is aten.embedding.default and any(_key(t) in self.inputs for t in operands):
-            self.allreduce_bytes += sum(t.nbytes for t in outputs)     # vocab-parallel lookup
+            self._all_reduce(outputs)                      # vocab-parallel lookup
         if split:
             self.split.update((_key(t), t.untyped_storage()) for t in outputs)
         return out
+
+    def _all_reduce(self, outputs: list[torch.Tensor]) -> None:
+        self.allreduce_bytes += sum(t.nbytes for t in outputs)
+        self.allreduce_calls += 1
 
 
 class _AsOnCuda(TorchFunctionMode):

@@ -121,7 +121,8 @@ def test_every_field_of_a_cluster_with_measured_figures_reads_back_bit_for_bit(t
     h100 = replace(load_gpu_types()["h100"], display_name="an H100 measured here", peak_fp32_flops=61.37e12,
                    memory_bandwidth_Bps=3.0123456789e12, framework_reserve_bytes=1234567891,
                    efficiency={"compute": 0.61})
-    odd = LinkSpec(kind="loopback", bandwidth_Bps=2220008047.3229337, latency_s=2.93e-4)
+    odd = LinkSpec(kind="loopback", bandwidth_Bps=2220008047.3229337, latency_s=2.93e-4,
+                   collective_latency_s=2.7183e-3)
     nodes = (Node(name="a", gpus=tuple(GpuSlot(id=f"a/gpu{i}", node="a", index=i, type=h100) for i in range(2)),
                   intra_link=odd, shared_cores=1.75, colocated_work=1.037, copy_cores=16,
                   nic=LinkSpec(kind="ethernet", bandwidth_Bps=1.25e9, latency_s=5e-5), nic_per_gpu=True),

@@ -29,6 +29,16 @@ def test_profile_round_trips_through_its_own_format(tmp_path, suffix):
     assert load_profile(tmp_path / f"p{suffix}") == p
 
 
+def test_tp_allreduce_calls_round_trip_and_are_left_out_where_none_are_given(tmp_path):
+    from dataclasses import replace
+    p = load_profile("vgg19_b32_analytic")
+    layers = (replace(p.layers[0], tp_allreduce_bytes=4096, tp_allreduce_calls=3), *p.layers[1:])
+    tp = replace(p, layers=layers)
+    save_profile(tp, tmp_path / "p.yaml")
+    assert load_profile(tmp_path / "p.yaml") == tp
+    assert "tp_allreduce_calls" not in (tmp_path / "p.yaml").read_text().split("- name:")[2]
+
+
 def test_profile_round_trips_through_pipedream_graph_txt(tmp_path):
     p = load_profile("vgg19_b32_analytic")
     only = ModelProfile(**{**p.__dict__, "layers": tuple(

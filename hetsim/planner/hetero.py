@@ -148,8 +148,8 @@ def _link_s(topology: Topology, src: GpuSlot, dst: GpuSlot, nbytes):
 def _compute(profile, gpu: GpuSlot, cache, topology: Topology, tp: int = 1) -> np.ndarray:
     """c[i, j]: forward + backward seconds of layers [i, j) on one GPU, or on a tensor-parallel group
     of `tp` GPUs of its node led by it: the profile's TP times (`stage_times_tp`), plus, when they
-    leave them out, the activation all-reduces forward and backward, each a ring moving 2 (tp - 1) /
-    tp of the bytes over the lead's node link (as `hetsim.planner.estimate.plan_partitions` counts)."""
+    leave them out, the activation all-reduces forward and backward on the lead's node link
+    (Topology.tp_pass_s, as `hetsim.planner.estimate.plan_partitions` counts)."""
     gpu_type = gpu.type.name
     if tp == 1:
         key = ("compute", gpu_type)
@@ -158,14 +158,13 @@ def _compute(profile, gpu: GpuSlot, cache, topology: Topology, tp: int = 1) -> n
             total = np.cumsum([0.0] + [l.fwd_s[gpu_type] + l.bwd_s[gpu_type] for l in profile.layers])
             cache[key] = total[None, :] - total[:, None]
         return cache[key]
-    bw = topology.capacity_Bps[f"{gpu.id}:out"]
-    key = ("compute", gpu_type, tp, bw)
+    key = ("compute", gpu_type, tp, topology.cluster.node(gpu.node).intra_link)   # shared by like nodes
     if key not in cache:
         total = np.zeros(profile.n_layers + 1)
         for hi in range(1, profile.n_layers + 1):
             times = profile.stage_times_tp(gpu_type, 0, hi, tp)
-            ring = 0.0 if times.measured_tp else \
-                2 * 2 * (tp - 1) / tp * profile.stage_tp_allreduce_bytes(0, hi) / bw
+            ring = 0.0 if times.measured_tp else 2 * topology.tp_pass_s(
+                gpu.node, tp, profile.stage_tp_allreduce_bytes(0, hi), profile.stage_tp_allreduce_calls(0, hi))
             total[hi] = times.fwd_s + times.bwd_s + ring
         cache[key] = total[None, :] - total[:, None]
     return cache[key]

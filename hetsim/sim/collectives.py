@@ -8,11 +8,17 @@ from hetsim.sim.world import World
 __all__ = ["ring_allreduce", "parallel_rings"]
 
 
-def ring_allreduce(world: World, gpus: list[str], nbytes: float):
-    """2(n-1) steps; in each, every member sends nbytes/n to its ring successor at the same time."""
+def ring_allreduce(world: World, gpus: list[str], nbytes: float, calls: int = 1):
+    """2(n-1) steps; in each, every member sends nbytes/n to its ring successor at the same time.
+    `calls` all-reduces of nbytes/calls each (a TP pass makes one per row-parallel product) run as
+    one ring of the whole after what the further calls add alone (Topology.collective_overhead_s):
+    the same time on idle links, in 2(n-1) transfers instead of 2(n-1) x calls."""
     n = len(gpus)
     if n < 2 or nbytes <= 0:
         return
+    fixed = world.topology.collective_overhead_s(gpus, calls)
+    if fixed:
+        yield world.env.timeout(fixed)
     chunk = nbytes / n
     for _ in range(2 * (n - 1)):
         yield world.env.all_of([world.transfer(gpus[i], gpus[(i + 1) % n], chunk) for i in range(n)])

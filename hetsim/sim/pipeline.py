@@ -37,6 +37,7 @@ class Stage:
     members: tuple[str, ...] = ()      # the tensor-parallel group (the stage's GPU alone if none)
     member_devices: tuple[Device, ...] = ()
     tp_allreduce_bytes: int = 0        # per forward and per backward, when the times leave them out
+    tp_allreduce_calls: int = 0        # the calls those bytes go in
     update_s: float = 0.0              # optimizer step of this stage's weights
     bwd_weight_s: float = 0.0          # split backward (zero bubble): the W part of bwd_s; I runs the rest
     blocking_p2p: bool = False         # a send holds the stage until delivered (Plan.blocking_p2p)
@@ -77,10 +78,10 @@ def _compute(world: World, rec: Recorder, stage: Stage, seconds: float, name: st
 
 
 def _tp_allreduce(world: World, rec: Recorder, stage: Stage, name: str):
-    """Megatron's activation all-reduces of a pass, as one ring over the group's links."""
+    """Megatron's activation all-reduces of a pass, its calls as one ring over the group's links."""
     if stage.tp_allreduce_bytes and len(stage.members) > 1:
         start = world.env.now
-        yield from ring_allreduce(world, list(stage.members), stage.tp_allreduce_bytes)
+        yield from ring_allreduce(world, list(stage.members), stage.tp_allreduce_bytes, stage.tp_allreduce_calls)
         for gpu in stage.members:
             rec.span(gpu, name, start, "sync")
 

@@ -42,3 +42,24 @@ def test_a_split_backward_on_a_stage_not_built_for_it_is_refused():
     stage.forward(0, (torch.randn(4, 128),), torch.tensor([0, 1, 2, 3]))
     with pytest.raises(RuntimeError, match="split_backward"):
         stage.backward_input(0, None, need_input_grads=True)
+
+
+def test_a_stage_holds_each_weight_once_and_the_layers_own_storage_is_freed():
+    import modelzoo
+    from executor.stage import StageModel
+    torch.manual_seed(0)
+    net, _ = modelzoo.build("mlp", batch=2, hidden=16, depth=3)
+    graph = modelzoo.layer_graph(net)
+    before = [p.detach().clone() for p in graph.layers.parameters()]
+    stage = StageModel(graph, 0, len(graph), is_last=True, lr=0.1, momentum=0.9)
+    assert all(p.untyped_storage().nbytes() == 0 for p in graph.layers.parameters())
+    assert all(torch.equal(w, b) for w, b in zip(stage.weights, before))
+
+
+def test_parameters_sharing_a_storage_each_get_their_own_copy():
+    from executor.stage import _take_weights
+    shared = torch.nn.Parameter(torch.arange(6.0))
+    other = torch.nn.Parameter(torch.ones(2))
+    out = _take_weights([shared, other, shared])
+    assert [w.tolist() for w in out] == [list(range(6)), [1.0, 1.0], list(range(6))]
+    assert out[0].data_ptr() != out[2].data_ptr() and shared.untyped_storage().nbytes() == 0

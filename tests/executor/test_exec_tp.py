@@ -220,16 +220,38 @@ def test_a_measured_profile_gets_megatrons_allreduce_bytes_per_layer():
                                       "gpt2-small", TINY_GPT)
     activation = 2 * TINY_GPT["seq_len"] * TINY_GPT["d_model"] * 4             # one fp32 (b, s, d)
     assert [l.tp_allreduce_bytes for l in profile.layers] == [activation, 2 * activation, 2 * activation, 0, 0]
+    # modelzoo.tp's calls: the lookup's, and each block's after its two row-parallel products
+    assert [l.tp_allreduce_calls for l in profile.layers] == [1, 2, 2, 0, 0]
+
+
+def test_a_collective_latency_is_what_a_call_takes_beyond_its_rings_messages():
+    from executor.calibrate import collective_latency
+    # 2 ranks: 2 steps of 0.1 ms + 0.5 MB at 1 GB/s each: 1.2 ms of a 3 ms call.
+    assert collective_latency(3e-3, 1_000_000, 2, 1e-4, 1e9) == pytest.approx(1.8e-3)
+    assert collective_latency(1e-3, 1_000_000, 2, 1e-4, 1e9) == 0.0         # never negative
+
+
+def test_the_collective_probe_times_the_executors_all_reduce_between_processes():
+    from executor.calibrate import collective_call
+    # Real processes: gloo over loopback, 384 KiB from busy work takes 1-5 ms on the CI-size host.
+    assert 1e-5 < collective_call(393216, 2, calls=5, busy_s=0.002) < 0.1
 
 
 def test_validate_compares_a_tp_plan_member_by_member():
     from executor.validate import validate_plan, work_rows
     from hetsim.compare import compare_reports
     plan = tp_gpt_plan([[[0], [1, 2]]], [0, 2, 5], nm=2)
+    inputs: dict = {}
     prediction, measurement = validate_plan(plan, model_kwargs=TINY_GPT, waves=4, warmup_waves=1, cores=2,
-                                            link_Bps=2e9, latency_s=5e-5, colocated_work=1.0, profile_repeats=2)
+                                            link_Bps=2e9, latency_s=5e-5, colocated_work=1.0, profile_repeats=2,
+                                            inputs=inputs)
     assert [(g.id, g.tp) for g in prediction.gpus] == [(g.id, g.tp) for g in measurement.gpus] == \
         [("host/gpu0", 1), ("host/gpu1", 2), ("host/gpu2", 2)]
+    # One all-reduce call measured now; what it took beyond its messages is the link's collective latency.
+    call = measurement.training["tp_allreduce_call_s"]
+    link = inputs["cluster"].nodes[0].intra_link
+    activation = plan.minibatch_size * TINY_GPT["seq_len"] * TINY_GPT["d_model"] * 4      # bytes a call
+    assert call > 0 and link.collective_latency_s == pytest.approx(max(0.0, call - 2 * (5e-5 + activation / 2 / 2e9)))
     work = measurement.training["predicted_work_s_per_minibatch"]
     assert work["host/gpu1"] == work["host/gpu2"] > 0                 # the stage's work over 2
     metrics = [r.metric for r in compare_reports(prediction, measurement) + work_rows(measurement)]

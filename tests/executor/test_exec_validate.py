@@ -260,3 +260,15 @@ def test_a_deepspeed_plan_with_blocking_sends_is_refused_before_any_measuring():
     plan = replace(mlp_plan([[0, 4, 9]], nm=2, schedule="1f1b-deepspeed"), blocking_p2p=True)
     with pytest.raises(HetsimError, match="^blocking_p2p: under 1f1b-deepspeed .* drop it to validate$"):
         validate_plan(plan, waves=4, warmup_waves=1)
+
+
+def test_available_cores_measures_again_while_short_and_keeps_the_most(monkeypatch):
+    import executor.validate as v
+    monkeypatch.setattr(v.os, "cpu_count", lambda: 2)
+    for readings, want, tries in (([1.78, 1.99], 1.99, 2),        # our probes' load, gone a moment later
+                                  ([1.5, 1.4, 1.5], 1.5, 3),       # other load stays: every try reads it
+                                  ([2.0], 2.0, 1)):                # a quiet host: one try
+        calls = iter(readings)
+        seen = []
+        monkeypatch.setattr(v, "_cores_now", lambda seconds: seen.append(1) or next(calls))
+        assert v.available_cores() == want and len(seen) == tries

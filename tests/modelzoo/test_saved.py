@@ -126,9 +126,11 @@ def test_gpt_block_saves_korthikantis_closed_form_with_a_fused_attention_kernel(
         assert (layer.saved_bytes, layer.saved_replicated_bytes) == (saved, replicated)
         assert saved == 138_575_872
         assert layer.tp_allreduce_bytes == 2 * layer.output_bytes
+        assert layer.tp_allreduce_calls == 2        # after attention's output projection and the MLP's
     embed, norm, head = profile.layers[0], profile.layers[-2], profile.layers[-1]
-    assert embed.tp_allreduce_bytes == embed.output_bytes
+    assert embed.tp_allreduce_bytes == embed.output_bytes and embed.tp_allreduce_calls == 1
     assert norm.tp_allreduce_bytes == head.tp_allreduce_bytes == 0
+    assert norm.tp_allreduce_calls == head.tp_allreduce_calls == 0
     # token and position ids (int64) and the dropout mask; all whole in a TP group
     assert embed.saved_bytes == embed.saved_replicated_bytes == 8 * 2048 + 8 * 2048 + 2048 * 1024
 

@@ -50,6 +50,33 @@ def test_activation_allreduce_of_each_pass_crosses_the_links_as_a_ring():
     assert out == pytest.approx(minibatches * 2 * 2 * (t - 1) * nbytes / t, rel=1e-6)
 
 
+@pytest.mark.parametrize("calls", [1, 5])
+def test_each_allreduce_call_pays_its_steps_latency_and_the_links_collective_latency(calls):
+    t, nbytes, bw, step, fixed = 4, 8_000_000, 1e9, 50e-6, 400e-6
+    base_c = cluster([t], intra_Bps=bw, latency_s=step)
+    node = base_c.nodes[0]
+    c = replace(base_c, nodes=(replace(node, intra_link=replace(node.intra_link, collective_latency_s=fixed)),))
+    base = profile(1, 0.010, 0.020)
+    p = replace(base, layers=(replace(base.layers[0], tp_allreduce_bytes=nbytes, tp_allreduce_calls=calls),))
+    report = run(c, p, tp_plan([[[f"node0/gpu{k}" for k in range(t)]]], [0, 1], nm=1), waves=5)
+    # `calls` rings of nbytes/calls: each 2(t-1) steps of latency + its share of the bytes, + the fixed cost.
+    per_pass = calls * (2 * (t - 1) * (step + nbytes / calls / t / bw) + fixed)
+    assert report.throughput["minibatches_per_s"] == pytest.approx(1 / ((0.010 + 0.020) / t + 2 * per_pass),
+                                                                   rel=1e-6)
+    # The planner's estimate prices a pass the same way.
+    from hetsim.topology import Topology
+    assert Topology(c).tp_pass_s("node0", t, nbytes, calls) == pytest.approx(per_pass, rel=1e-12)
+
+
+def test_a_profile_without_call_counts_makes_one_call_per_layer_with_bytes():
+    base = profile(3, 0.010, 0.020)
+    layers = (replace(base.layers[0], tp_allreduce_bytes=10), replace(base.layers[1], tp_allreduce_bytes=10,
+                                                                      tp_allreduce_calls=2), base.layers[2])
+    p = replace(base, layers=layers)
+    assert [l.tp_calls for l in p.layers] == [1, 2, 0]
+    assert p.stage_tp_allreduce_calls(0, 3) == 3 and p.stage_tp_allreduce_calls(2, 3) == 0
+
+
 def test_times_measured_on_a_tp_group_are_used_as_they_are():
     c = cluster([4])
     base = profile(1, 0.010, 0.020)
