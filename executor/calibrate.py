@@ -173,37 +173,47 @@ def link_speed(small: int = 200, large: int = 30, nbytes: int = 4 << 20, *, devi
     processes than cores is the scheduler's delay: what every pipeline hand-off costs.
     On CUDA the message goes from GPU to GPU as the executor's do (executor.placement): over NCCL
     between GPUs 0 and 1 (`nccl`), else through host memory over gloo, both ends on GPU 0."""
-    return _first_result(_ping, 2, (small, large, nbytes, device, nccl), "link_speed: ping-pong")
+    return _group_results(_ping, 2, (small, large, nbytes, device, nccl), "link_speed: ping-pong")[0]
 
 
-def collective_call(nbytes: int, ranks: int = 2, *, device: str = "cpu", nccl: bool = False, calls: int = 30,
-                    busy_s: float = 0.005) -> float:
-    """Median seconds of one all-reduce of `nbytes` among `ranks` processes on this host, entered as a
+def collective_call(nbytes: int, ranks: int = 2, *, device: str = "cpu", nccl: bool = False, calls: int = 40,
+                    busy_s: float = 0.005, spinners: int = 0) -> float:
+    """Mean seconds of one all-reduce of `nbytes` among `ranks` processes on this host, entered as a
     tensor-parallel stage's are: by every member at once, straight from `busy_s` of compute, through
     the executor's own call (modelzoo.tp.TPComm: on CUDA through host memory over gloo, or over NCCL
     with a GPU each). On CPU such a call costs several times its bytes' time
-    (experiments/validation/results/collective_gap.md); on CUDA the time starts once the GPU is idle,
-    as the simulator's all-reduces start after the pass's compute."""
-    return _first_result(_collective_calls, ranks, (ranks, nbytes, calls, busy_s, device, nccl),
-                         "collective_call: all-reduces")
+    (experiments/validation/results/collective_gap.md), spread from 0.6 to 6 ms at 384 KiB on the
+    2-core host: the mean, what many calls add up to, is steadier than the median (2.5-3.0 ms against
+    1.3-2.9 in three probes); on CUDA the time starts once the GPU is idle,
+    as the simulator's all-reduces start after the pass's compute. `spinners` processes stand for the
+    plan's other ranks computing meanwhile: on a host with fewer cores than ranks a member woken by
+    the call waits for a core, as in the run (see handoff_delay)."""
+    return _group_results(_collective_calls, ranks, (ranks, nbytes, calls, busy_s, device, nccl),
+                          "collective_call: all-reduces", spinners=spinners)[0]
 
 
-def _first_result(target, ranks: int, args: tuple, what: str):
+def _group_results(target, ranks: int, args: tuple, what: str, results: int = 1, spinners: int = 0) -> list:
     """Run target(rank, store path, *args, queue) in `ranks` spawned processes (one process group, met
-    through a file store) and return the first result any of them puts on the queue."""
+    through a file store), with `spinners` other processes keeping cores busy meanwhile (the plan's
+    other ranks computing), and return the first `results` results they put on the queue."""
+    import multiprocessing
     import tempfile
 
     import torch.multiprocessing as mp
+    fork = multiprocessing.get_context("fork")
+    stop = fork.Event()
+    busy = [fork.Process(target=_spin_until, args=(stop,)) for _ in range(spinners)]
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     with tempfile.TemporaryDirectory() as tmp:
         procs = [ctx.Process(target=target, args=(r, f"{tmp}/store", *args, out)) for r in range(ranks)]
-        for p in procs:
+        for p in busy + procs:
             p.start()
         try:
-            return next_result(out, procs, 120.0, what)
+            return [next_result(out, procs, 120.0, what) for _ in range(results)]
         finally:
-            for p in procs:
+            stop.set()
+            for p in procs + busy:
                 p.join(timeout=5.0)
                 if p.is_alive():
                     p.kill()
@@ -243,7 +253,7 @@ def _collective_calls(rank: int, path: str, ranks: int, nbytes: int, calls: int,
             times.append(time.perf_counter() - t0)
         del y
     if rank == 0:
-        out.put(statistics.median(times))
+        out.put(statistics.fmean(times))
     dist.destroy_process_group()
 
 
@@ -276,27 +286,8 @@ def handoff_delay(ranks: int, cores: float, *, rounds: int = 100, compute_s: flo
 def wake_delays(spinners: int, rounds: int = 40, compute_s: float = 0.004) -> list[float]:
     """Seconds from each of `rounds` gloo sends to its blocked receiver running again, with
     `spinners` other processes busy throughout (see handoff_delay)."""
-    import multiprocessing
-    import tempfile
-
-    import torch.multiprocessing as mp
-    fork = multiprocessing.get_context("fork")
-    stop = fork.Event()
-    busy = [fork.Process(target=_spin_until, args=(stop,)) for _ in range(spinners)]
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    with tempfile.TemporaryDirectory() as tmp:
-        pair = [ctx.Process(target=_hand_offs, args=(r, f"{tmp}/store", rounds, compute_s, out)) for r in range(2)]
-        for p in busy + pair:
-            p.start()
-        try:
-            stamps = dict(next_result(out, pair, 120.0, "handoff_delay: hand-offs") for _ in pair)
-        finally:
-            stop.set()
-            for p in pair + busy:
-                p.join(timeout=5.0)
-                if p.is_alive():
-                    p.kill()
+    stamps = dict(_group_results(_hand_offs, 2, (rounds, compute_s), "handoff_delay: hand-offs", results=2,
+                                 spinners=spinners))
     return [woke - sent for sent, woke in zip(stamps[1], stamps[0])]
 
 

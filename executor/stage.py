@@ -76,6 +76,7 @@ class StageModel:
                  for n, p in graph.layers[i].named_parameters()]
         self.names = [n for n, _ in named]
         self._layer_of = [int(n.split(".")[1]) - lo for n in self.names]    # weight -> layer in the stage
+        # The graph's layers keep no weights of their own after this: the stage runs them on its copies.
         self.weights = _take_weights([p for _, p in named])
         self.is_last, self.lr, self.momentum = is_last, lr, momentum
         self.loss_fn = loss_fn            # modelzoo.tasks' loss, or a tensor-parallel head's (modelzoo.tp)
@@ -282,12 +283,15 @@ def _take_weights(params: list[nn.Parameter]) -> list[torch.Tensor]:
     listed twice) each get their own copy, as the stage trains them apart."""
     sharing: dict[int, list[int]] = {}
     for i, p in enumerate(params):
-        sharing.setdefault(p.untyped_storage()._cdata, []).append(i)
+        sharing.setdefault(p.untyped_storage().data_ptr(), []).append(i)
     out: list[torch.Tensor] = [torch.empty(0)] * len(params)
     for members in sharing.values():
         for i in members:
             out[i] = params[i].detach().clone()
-        params[members[0]].untyped_storage().resize_(0)
+        try:
+            params[members[0]].untyped_storage().resize_(0)
+        except RuntimeError:        # a storage that cannot be resized (shared memory, numpy's): kept
+            pass
     return out
 
 

@@ -138,8 +138,9 @@ def _tp_counts(model: str, batch: int, model_kwargs: dict):
 def with_collective_latency(cluster: Cluster, plan: Plan, model: str, model_kwargs: dict, device: str,
                             nccl: bool = False) -> tuple[Cluster, float]:
     """The host cluster with its link's collective latency measured now for the plan's tensor-parallel
-    all-reduces (executor.calibrate.collective_call at the plan's bytes per call and widest group),
-    and the measured seconds of one call."""
+    all-reduces (executor.calibrate.collective_call at the plan's bytes per call and widest group,
+    on CPU with the plan's other ranks computing meanwhile), and the measured seconds of one call.
+    One figure for the link: a plan mixing TP degrees has its narrower groups priced at the widest's."""
     from executor.calibrate import collective_call, collective_latency
     counts = _tp_counts(model, plan.minibatch_size, model_kwargs)
     calls = sum(c.tp_allreduce_calls for c in counts)
@@ -147,7 +148,8 @@ def with_collective_latency(cluster: Cluster, plan: Plan, model: str, model_kwar
     ranks = max(s.tp for vw in plan.virtual_workers for s in vw.stages)
     if not nbytes or ranks < 2:
         return cluster, 0.0
-    per_call = collective_call(nbytes, ranks, device=device, nccl=nccl)
+    others = len(plan.gpus) - ranks if device == "cpu" else 0
+    per_call = collective_call(nbytes, ranks, device=device, nccl=nccl, spinners=others)
     node = cluster.nodes[0]
     link = node.intra_link
     fixed = collective_latency(per_call, nbytes, ranks, link.latency_s, link.bandwidth_Bps)

@@ -291,6 +291,9 @@ def _layer(f: Fields) -> LayerProfile:
         if not sub.data and key != "update_s":
             raise f.error(key, "must list seconds for at least one GPU type")
         times[key] = {str(t): sub.number(t, nonnegative=True) for t in sub.data}
+    if f.number("tp_allreduce_calls", 0, nonnegative=True, integer=True) and \
+            not f.number("tp_allreduce_bytes", 0, nonnegative=True, integer=True):
+        raise f.error("tp_allreduce_calls", "calls of no bytes: give tp_allreduce_bytes, or leave the calls out")
     return LayerProfile(name=f.text("name"), kind=f.text("kind", ""),
                         param_bytes=f.number("param_bytes", nonnegative=True, integer=True),
                         output_bytes=f.number("output_bytes", nonnegative=True, integer=True),

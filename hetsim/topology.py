@@ -87,9 +87,11 @@ class Topology:
     def collective_overhead_s(self, gpus: list[str], calls: int) -> float:
         """What `calls` ring all-reduces among `gpus` take beyond one ring of all their bytes, with
         nothing else on the links: each call's fixed cost (the `collective_latency_s` of the links it
-        spans, the slowest of them) and the per-message latency of every further call's 2(n - 1) steps."""
-        if len(gpus) < 2 or calls < 1:
+        spans, the slowest of them) and the per-message latency of every further call's 2(n - 1) steps.
+        Fewer than one call counts as one: bytes all-reduced take a call."""
+        if len(gpus) < 2:
             return 0.0
+        calls = max(calls, 1)
         nodes = {self._node_of[g] for g in gpus}
         links = [self.cluster.node(n).intra_link for n in nodes]
         if len(nodes) > 1:
@@ -105,7 +107,8 @@ class Topology:
             return 0.0
         link = self.cluster.node(node).intra_link
         steps = 2 * (tp - 1)
-        return steps * (nbytes / tp / link.bandwidth_Bps + calls * link.latency_s) + calls * link.collective_latency_s
+        # The bytes' term in the order the estimates always computed it, so that zero latencies change nothing.
+        return steps / tp * nbytes / link.bandwidth_Bps + calls * (steps * link.latency_s + link.collective_latency_s)
 
     def bottleneck_Bps(self, src: str, dst: str) -> float:
         """The slowest link's bandwidth on the route, for analytic estimates (inf if local)."""

@@ -91,3 +91,13 @@ def test_bad_profiles_name_the_field(edit, message):
                        "bwd_s": {"g": 1}} for i in range(2)]}
     with pytest.raises(SpecError, match=message.replace("[", r"\[").replace("]", r"\]")):
         profile_from_dict({**doc, **edit}, "p.yaml")
+
+
+def test_all_reduce_calls_without_bytes_are_refused_naming_the_field(tmp_path):
+    import yaml
+    from hetsim.errors import HetsimError
+    doc = load_profile("vgg19_b32_analytic").to_dict()
+    doc["layers"][0]["tp_allreduce_calls"] = 2
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(doc))
+    with pytest.raises(HetsimError, match=r"layers\[0\]\.tp_allreduce_calls: calls of no bytes"):
+        load_profile(tmp_path / "p.yaml")

@@ -12,7 +12,9 @@ def ring_allreduce(world: World, gpus: list[str], nbytes: float, calls: int = 1)
     """2(n-1) steps; in each, every member sends nbytes/n to its ring successor at the same time.
     `calls` all-reduces of nbytes/calls each (a TP pass makes one per row-parallel product) run as
     one ring of the whole after what the further calls add alone (Topology.collective_overhead_s):
-    the same time on idle links, in 2(n-1) transfers instead of 2(n-1) x calls."""
+    the same time on idle links, in 2(n-1) transfers instead of 2(n-1) x calls. (Where a node's cores
+    copy the messages, CPU ranks, the merged ring's copies share the cores a little differently:
+    on tp2_gpt's validation cluster 5 calls take 17.21 ms merged, 16.77 ms one after another.)"""
     n = len(gpus)
     if n < 2 or nbytes <= 0:
         return

@@ -77,6 +77,14 @@ def test_a_profile_without_call_counts_makes_one_call_per_layer_with_bytes():
     assert p.stage_tp_allreduce_calls(0, 3) == 3 and p.stage_tp_allreduce_calls(2, 3) == 0
 
 
+def test_with_zero_latencies_the_planners_tp_pass_is_the_bytes_term_it_always_was():
+    from hetsim.topology import Topology
+    c = cluster([8], intra_Bps=37e9)
+    topology = Topology(c)
+    for tp, nbytes in ((2, 12_582_912), (4, 3 * 2**20 + 7), (8, 999_999_937)):
+        assert 2 * topology.tp_pass_s("node0", tp, nbytes, 5) == 2 * 2 * (tp - 1) / tp * nbytes / 37e9
+
+
 def test_times_measured_on_a_tp_group_are_used_as_they_are():
     c = cluster([4])
     base = profile(1, 0.010, 0.020)
