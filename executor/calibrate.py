@@ -184,8 +184,8 @@ def collective_call(nbytes: int, ranks: int = 2, *, device: str = "cpu", nccl: b
     with a GPU each). On CPU such a call costs several times its bytes' time
     (experiments/validation/results/collective_gap.md), spread from 0.6 to 6 ms at 384 KiB on the
     2-core host: the mean, what many calls add up to, is steadier than the median (2.5-3.0 ms against
-    1.3-2.9 in three probes); on CUDA the time starts once the GPU is idle,
-    as the simulator's all-reduces start after the pass's compute. `spinners` processes stand for the
+    1.3-2.9 in three probes). On CUDA the time starts once the GPU is idle, as the simulator's
+    all-reduces start after the pass's compute. `spinners` processes stand for the
     plan's other ranks computing meanwhile: on a host with fewer cores than ranks a member woken by
     the call waits for a core, as in the run (see handoff_delay)."""
     return _group_results(_collective_calls, ranks, (ranks, nbytes, calls, busy_s, device, nccl),

@@ -105,8 +105,7 @@ class Topology:
         its collective latency (as the simulator's ring_allreduce with collective_overhead_s)."""
         if tp < 2 or nbytes <= 0:
             return 0.0
-        link = self.cluster.node(node).intra_link
-        steps = 2 * (tp - 1)
+        link, steps, calls = self.cluster.node(node).intra_link, 2 * (tp - 1), max(calls, 1)
         # The bytes' term in the order the estimates always computed it, so that zero latencies change nothing.
         return steps / tp * nbytes / link.bandwidth_Bps + calls * (steps * link.latency_s + link.collective_latency_s)
 
