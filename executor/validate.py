@@ -13,6 +13,7 @@ gpu_concurrency) is then the node's `shared_cores`; the profile is timed on the 
 from __future__ import annotations
 
 import argparse
+import functools
 import multiprocessing
 import os
 import time
@@ -128,11 +129,18 @@ def with_tp_allreduce_bytes(profile: ModelProfile, model: str, model_kwargs: dic
     return replace(profile, layers=layers, source=profile.source + " + TP all-reduce bytes counted by modelzoo.saved")
 
 
-def _tp_counts(model: str, batch: int, model_kwargs: dict):
+def _tp_counts(model: str, batch: int, model_kwargs: dict) -> tuple:
+    """modelzoo.saved's counts of the model, once per model, batch and arguments: validate needs them
+    for the collective probe and for the profiles on both sides of the run."""
+    return _counted(model, batch, tuple(sorted(model_kwargs.items())))
+
+
+@functools.lru_cache(maxsize=8)
+def _counted(model: str, batch: int, model_kwargs: tuple) -> tuple:
     import modelzoo
     from modelzoo.saved import count_saved
-    net, example = modelzoo.build(model, batch=batch, device="meta", **model_kwargs)
-    return count_saved(modelzoo.layer_graph(net), example)
+    net, example = modelzoo.build(model, batch=batch, device="meta", **dict(model_kwargs))
+    return tuple(count_saved(modelzoo.layer_graph(net), example))
 
 
 def with_collective_latency(cluster: Cluster, plan: Plan, model: str, model_kwargs: dict, device: str,
@@ -232,7 +240,7 @@ def validate_plan(plan: Plan, *, model: str | None = None, model_kwargs: dict | 
     if tensor_parallel:
         from executor.placement import uses_nccl
         cluster, call_s = with_collective_latency(cluster, plan, model, model_kwargs or {}, device,
-                                                  uses_nccl(device, "auto", len(plan.gpus)) and gpu_count() > 1)
+                                                  uses_nccl(device, "auto", len(plan.gpus)))
 
     def host_profile() -> ModelProfile:
         measured = given or _profile(model, plan.minibatch_size, profile_repeats, model_kwargs or {}, device)

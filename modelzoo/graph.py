@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable
 import torch
 from torch import fx, nn
 
-__all__ = ["LayerGraph", "layer_graph", "MODEL_INPUT"]
+__all__ = ["LayerGraph", "layer_graph", "MODEL_INPUT", "fp32_nbytes"]
 
 MODEL_INPUT = -1          # the key of the model's input in boundary dicts
 
@@ -97,7 +97,12 @@ class LayerGraph:
 
     def param_bytes(self, i: int) -> int:
         """Bytes of layer i's parameters at FP32 (what profiles hold, whatever dtype the layer is in)."""
-        return sum(p.numel() * (4 if p.is_floating_point() else p.element_size()) for p in self.layers[i].parameters())
+        return sum(fp32_nbytes(p) for p in self.layers[i].parameters())
+
+
+def fp32_nbytes(t: torch.Tensor) -> int:
+    """Bytes of `t` with floating elements at 4 each, whatever dtype it is in (profiles hold FP32 counts)."""
+    return t.numel() * (4 if t.is_floating_point() else t.element_size())
 
 
 def layer_graph(model: nn.Module, leaf_modules: tuple[type, ...] = ()) -> LayerGraph:

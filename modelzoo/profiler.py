@@ -42,6 +42,7 @@ from hetsim.plan import PRECISIONS
 from hetsim.profile import LayerProfile, ModelProfile
 from modelzoo import MODEL_INPUT, LayerGraph, build, layer_graph
 from modelzoo.allocator import steady_allocator
+from modelzoo.graph import fp32_nbytes
 from modelzoo.tasks import Task, task_of
 from modelzoo.tasks import loss as task_loss
 
@@ -243,9 +244,9 @@ def whole_model_forward_s(graph: LayerGraph, example: torch.Tensor, *, repeats: 
 
 
 def _nbytes(x) -> int:
-    """Bytes at FP32: 4 per floating element whatever the dtype measured (profiles hold FP32 counts)."""
+    """fp32_nbytes of a tensor, or of the tensors of a (nested) list or tuple."""
     if isinstance(x, torch.Tensor):
-        return x.numel() * (4 if x.is_floating_point() else x.element_size())
+        return fp32_nbytes(x)
     if isinstance(x, (list, tuple)):
         return sum(_nbytes(t) for t in x)
     return 0

@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -22,17 +23,17 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def throughput(inputs: Path, code: Path, strip: tuple[str, ...] = ()) -> float:
-    """samples/s predicted from a run's inputs/ folder by the hetsim at `code`, the named fields
-    removed from its cluster and profile files first."""
+    """samples/s predicted by the run's own command (inputs/command.txt) with the hetsim at `code`, the
+    named fields removed from its cluster and profile files first."""
+    command = shlex.split((inputs / "command.txt").read_text().splitlines()[-1])[1:]     # after "hetsim"
     with tempfile.TemporaryDirectory() as tmp:
         for f in inputs.iterdir():
             text = f.read_text()
             for field in strip:
                 text = re.sub(rf"\n\s*{field}: .*", "", text)
             Path(tmp, f.name).write_text(text)
-        out = subprocess.run([sys.executable, "-m", "hetsim", "simulate", "--cluster", "cluster.yaml", "--profile",
-                              "profile.yaml", "--plan", "plan.json", "--waves", "30", "--warmup-waves", "12", "--json"],
-                             cwd=tmp, env={**os.environ, "PYTHONPATH": str(code)}, capture_output=True, text=True,
+        out = subprocess.run([sys.executable, "-m", "hetsim", *command, "--json"], cwd=tmp,
+                             env={**os.environ, "PYTHONPATH": str(code)}, capture_output=True, text=True,
                              check=True).stdout
     return json.loads(out)["throughput"]["samples_per_s"]
 
@@ -41,8 +42,10 @@ def row(run: Path, earlier: Path) -> str:
     measured = json.loads((run / "measurement.json").read_text())
     training, meas = measured["training"], measured["throughput"]["samples_per_s"]
     err = lambda x: f"{100 * (x / meas - 1):+.1f} %"
-    window = 18 * json.loads((run / "inputs" / "plan.json").read_text())["nm"]     # 30 waves less 12 warm-up
-    per_mb = ", ".join(f"{s / window * 1e3:.1f}" for s in training["tp_allreduce_s"].values())
+    # Seconds in the window's all-reduces over the minibatches the member's VW ran in that window.
+    rate = {v["name"]: v["minibatches_per_s"] * measured["window"]["duration_s"] for v in measured["virtual_workers"]}
+    vw = {g["id"]: g["vw"] for g in measured["gpus"]}
+    per_mb = ", ".join(f"{s / rate[vw[g]] * 1e3:.1f}" for g, s in training["tp_allreduce_s"].items())
     inputs = run / "inputs"
     return (f"| {run.name} | {training['tp_allreduce_call_s'] * 1e3:.2f} ms | {err(throughput(inputs, ROOT))} | "
             f"{err(throughput(inputs, ROOT, ('collective_latency_us',)))} | "
