@@ -91,6 +91,7 @@ def _measure(model: str, schedule: str, nm: int, wsp: bool, bsp: bool, repeats: 
             for _ in range(nm):
                 k = forward()
                 stage.backward(k, None, need_input_grads=False)
+                # The executor adds inside the backward (sum_in_backward); the adds, timed apart here.
                 seconds += timed(lambda: stage.accumulate(k))
             seconds = (seconds + timed(stage.step)) / nm
         if r:                                   # the first allocates momentum buffers

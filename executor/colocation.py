@@ -158,13 +158,14 @@ def _stage_step(model: str, lo: int, hi: int, batch: int, model_kwargs: dict, de
     stage = StageModel(graph, lo, hi, is_last=last, lr=0.01, momentum=0.9, device=device,
                        loss_fn=stage_loss(graph, hi))
     stage.track_deltas, stage.flat_grads = sync == "wsp", sync == "bsp"
+    actions = probe_actions(schedule, nm)
+    stage.sum_in_backward = "accumulate" in actions          # as the executor runs flush schedules
     minibatches = itertools.count()
     k = -1
     do = {"forward": lambda: stage.forward(k, inputs, labels),
           "backward": lambda: stage.backward(k, grads, need_input_grads=lo > 0),
           "update previous": lambda: k and stage.update(k - 1), "update": lambda: stage.update(k),
           "accumulate": lambda: stage.accumulate(k), "step": stage.step}
-    actions = probe_actions(schedule, nm)
 
     def step() -> None:
         nonlocal k

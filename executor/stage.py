@@ -5,7 +5,9 @@ under WSP, which needs the old ones for the change), so a stashed version is jus
 tensors a forward used: the backward of that minibatch differentiates through the same tensors
 (PipeDream's weight stashing, SOSP'19 §3.3) at no copying cost, and the gradient is then applied to
 the newest weights. With nothing in flight on the current weights an update works in place. Flush schedules accumulate gradients over a wave and
-take one step (GPipe / PipeDream-Flush).
+take one step (GPipe / PipeDream-Flush); with `sum_in_backward` autograd adds each weight's gradient
+into the wave's sum as it is computed (AccumulateGrad into a preset `.grad`, as frameworks accumulate
+into `.grad`), so a minibatch's gradients never exist whole beside the sum.
 
 Zero-bubble schedules split a backward in two (Qi et al., ICLR'24): `backward_input` differentiates
 the stage's inputs and every layer's output (torch.autograd.grad with retain_graph, no weight
@@ -84,6 +86,7 @@ class StageModel:
         self._buf: list[torch.Tensor | None] = [None] * len(self.weights)
         self._acc: list[torch.Tensor] | None = None       # flush schedules: gradients of the wave
         self._acc_count = 0
+        self.sum_in_backward = False      # flush schedules: backward adds into the wave's sum itself
         self.flat_grads = False           # set under BSP: the wave's sum lives in one flat vector
         self._acc_flat: torch.Tensor | None = None
         self._wave_scale = 1.0
@@ -121,12 +124,17 @@ class StageModel:
         """Gradients of minibatch `mb` through the weights its forward used (the stash)."""
         rec = self.inflight.pop(mb)
         roots, root_grads = self._roots(rec, grad_outputs)
-        wanted = list(rec.leaves) + (list(rec.inputs) if need_input_grads else [])
-        grads = torch.autograd.grad(roots, wanted, root_grads, allow_unused=True)
-        self._weights_done(mb, rec, grads[:len(rec.leaves)])
-        if not need_input_grads:
-            return ()
-        return _or_zeros(rec.inputs, grads[len(rec.leaves):])
+        inputs = list(rec.inputs) if need_input_grads else []
+        if self.sum_in_backward:
+            self._preset_sums(rec.leaves, range(len(rec.leaves)))
+            torch.autograd.backward(roots, root_grads, inputs=rec.leaves + inputs)
+            self._weights_done(mb, rec, None)
+            grad_inputs = [t.grad for t in inputs]
+        else:
+            grads = torch.autograd.grad(roots, rec.leaves + inputs, root_grads, allow_unused=True)
+            self._weights_done(mb, rec, grads[:len(rec.leaves)])
+            grad_inputs = grads[len(rec.leaves):]
+        return _or_zeros(rec.inputs, grad_inputs) if need_input_grads else ()
 
     def backward_input(self, mb: int, grad_outputs: tuple[torch.Tensor, ...] | None,
                        need_input_grads: bool) -> tuple[torch.Tensor, ...]:
@@ -155,9 +163,13 @@ class StageModel:
             mine = [j for j, l in enumerate(self._layer_of) if l == layer]
             if not mine or g is None:
                 continue
+            if self.sum_in_backward:
+                self._preset_sums(rec.leaves, mine)
+                torch.autograd.backward(out, g, inputs=[rec.leaves[j] for j in mine])
+                continue
             for j, grad in zip(mine, torch.autograd.grad(out, [rec.leaves[j] for j in mine], g, allow_unused=True)):
                 grads[j] = grad
-        self._weights_done(mb, rec, grads)
+        self._weights_done(mb, rec, None if self.sum_in_backward else grads)
 
     @property
     def split_backward(self) -> bool:
@@ -175,11 +187,28 @@ class StageModel:
         return [p[0] for p in pairs], [p[1] for p in pairs]
 
     def _weights_done(self, mb: int, rec: InFlight, grads) -> None:
+        """`grads`: the weights' gradients, or None where the backward summed them into the wave's."""
         # Which version the backward differentiated through, read from the tensors themselves.
         used = self._ptr_version.get(rec.leaves[0].data_ptr(), -1) if rec.leaves else rec.version
         self.versions.append((mb, rec.version, used, self.version))
         self._release(rec.version, rec.weights)
-        self._collect(mb, list(_or_zeros(rec.leaves, grads)))
+        if grads is None:
+            self._acc = list(_or_zeros(rec.leaves, [leaf.grad for leaf in rec.leaves]))
+        else:
+            self._collect(mb, list(_or_zeros(rec.leaves, grads)))
+
+    def _preset_sums(self, leaves: list[torch.Tensor], which) -> None:
+        """Point the `.grad` of leaves `which` at the wave's sum, for autograd to add into in place.
+        The wave's first minibatch finds none (autograd's fresh tensors become the sum) unless the sum
+        lives in the flat vector, which then starts at zero."""
+        if self._acc is None and self.flat_grads:
+            if self._acc_flat is None:
+                self._acc_flat = torch.empty(sum(w.numel() for w in self.weights), device=self.device)
+            self._acc_flat.zero_()
+            self._acc = _views(self._acc_flat, self.weights)
+        if self._acc is not None:
+            for j in which:
+                leaves[j].grad = self._acc[j]
 
     def _collect(self, mb: int, grads: list[torch.Tensor]) -> None:
         self.grads[mb] = grads
@@ -189,7 +218,11 @@ class StageModel:
         return None if rec is None or rec.loss is None else float(rec.loss.detach())
 
     def accumulate(self, mb: int) -> None:
-        """Flush schedules: add minibatch `mb`'s gradients to the wave's sum."""
+        """Flush schedules: add minibatch `mb`'s gradients to the wave's sum (with `sum_in_backward`
+        its backward did, and this only counts it)."""
+        if self.sum_in_backward:
+            self._acc_count += 1
+            return
         grads = self.grads.pop(mb)
         if self._acc is None and self.flat_grads:
             # One vector the all-reduce works on in place (no concatenation per wave), reused.

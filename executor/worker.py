@@ -349,6 +349,7 @@ def _chunks(job: Job, layout: RankLayout, role, graph, values, groups, placement
         model.split_backward = kind.split_backward
         model.track_deltas = plan.sync.mode == "wsp"
         model.flat_grads = plan.sync.mode == "bsp"
+        model.sum_in_backward = not kind.asynchronous
         out.append(Chunk(stage=s, model=model, in_shapes=shapes(lo), out_shapes=shapes(hi),
                          prev_rank=layout.stage_rank(role.vw, s - 1) if s > 0 else None,
                          next_rank=layout.stage_rank(role.vw, s + 1) if s + 1 < n_stages else None,

@@ -49,6 +49,34 @@ def test_mixed_replicas_and_a_slow_path_between_nodes(tmp_path):
     assert cluster.paths, "Sailor measured 115 MB/s between some nodes whose interfaces are faster"
 
 
+def test_a_plan_for_another_model_and_mixed_datacentre_gpus_imports_from_the_same_files(tmp_path):
+    """Nothing is particular to OPT-350 or to the shipped plans: a GPT-Neo-2.7 plan written in Sailor's
+    format (replicas on GH200 and A100 40 GB, TP 4) takes Sailor's GPT-Neo layer times and its shape
+    from the training config."""
+    neo = DATA / "configs" / "training_config_gpt_neo27.json"
+    stage = lambda: [[[["GH-96", 4, "us-central1-a"]], 4], [[["A100-40", 4, "us-central1-a"]], 4]]
+    plan = {"zone": "us-central1-a", "mbs": 1, "gbs": 64, "real": 5.0, "max_mem": 30_000_000_000, "N": 4,
+            "pipeline_list": [{"num_stages": 2, "layers_per_stage": [list(range(17)), list(range(17, 34))],
+                               "tmp_per_stage": [stage(), stage()], "dp": [2, 2]}]}
+    path = tmp_path / "plan_config_neo.json"
+    path.write_text(json.dumps(plan))
+    run = import_run(path, DATA, neo)
+    times = json.loads((DATA / "profiles_tmp.json").read_text())["GPT-Neo-2.7"]
+    assert len(run.profile.layers) == 34
+    block = run.profile.layers[5]
+    assert block.param_bytes == pytest.approx(4 * 12 * 2560 ** 2, rel=0.01)
+    assert block.fwd_s["gh200@tp4"] == times["GH-96"]["1"]["4"]["5"][0]
+    assert block.bwd_s["a100@tp4"] == times["A100-40"]["1"]["4"]["5"][1]
+    out = tmp_path / "neo"
+    assert main(["import", "sailor", str(path), "--data", str(DATA), "--training-config", str(neo),
+                 "--out", str(out)]) == 0
+    cluster = load_cluster(out / "cluster.yaml")
+    report = hetsim.simulate(cluster, hetsim.load_profile(out / "profile.yaml"), load_plan(out / "plan.json"),
+                             waves=3, warmup_waves=1, trace=False)
+    assert {g.type for g in report.gpus} == {"gh200", "a100"} and len(report.gpus) == 16
+    assert report.throughput["tokens_per_s"] == report.throughput["samples_per_s"] * 2048
+
+
 def test_sailors_whole_model_optimizer_step_is_spread_over_the_layers_by_their_parameters(tmp_path):
     """Sailor's third column carries the same figure in every layer (the whole model's step on one TP
     member); summed over the imported layers it is that figure once, and the 54 M-parameter embedding

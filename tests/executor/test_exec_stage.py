@@ -63,3 +63,61 @@ def test_parameters_sharing_a_storage_each_get_their_own_copy():
     out = _take_weights([shared, other, shared])
     assert [w.tolist() for w in out] == [list(range(6)), [1.0, 1.0], list(range(6))]
     assert out[0].data_ptr() != out[2].data_ptr() and shared.untyped_storage().nbytes() == 0
+
+
+def _wave(stage: StageModel, waves: int = 2, nm: int = 3) -> list[torch.Tensor]:
+    """`waves` flush waves of `nm` minibatches on a last stage; the weights after them."""
+    gen = torch.Generator().manual_seed(3)
+    for _ in range(waves):
+        for k in range(nm):
+            stage.forward(k, (torch.randn(4, 128, generator=gen),), torch.tensor([0, 1, 2, 3]))
+            if stage.split_backward:
+                stage.backward_input(k, None, need_input_grads=True)
+                stage.backward_weight(k)
+            else:
+                stage.backward(k, None, need_input_grads=True)
+            stage.accumulate(k)
+        stage.step()
+    return stage.weights
+
+
+@pytest.mark.parametrize("split,flat", [(False, False), (True, False), (False, True)])
+def test_summing_inside_the_backward_takes_the_same_steps_bit_for_bit(split, flat):
+    explicit, inside = _stage(4, 9, split), _stage(4, 9, split)
+    explicit.flat_grads = inside.flat_grads = flat
+    inside.sum_in_backward = True
+    want, got = _wave(explicit), _wave(inside)
+    assert all(torch.equal(a, b) for a, b in zip(want, got))
+    assert not all(torch.equal(a, b) for a, b in zip(got, _stage(4, 9, split).weights))   # it trained
+
+
+def test_summing_inside_the_backward_holds_one_parameters_gradient_beside_the_sum_not_all():
+    """The peak of a wave's second backward, from torch's own CPU allocation records: added after the
+    backward, the minibatch's whole gradient set exists beside the sum; added by autograd as each
+    weight's gradient comes, only one weight's."""
+    profiler = pytest.importorskip("torch.profiler")
+
+    def peak_bytes(inside: bool) -> tuple[int, int]:
+        torch.manual_seed(0)
+        graph = modelzoo.layer_graph(modelzoo.build("mlp", batch=1, hidden=512, depth=4)[0])
+        stage = StageModel(graph, 0, len(graph), is_last=True, lr=0.1, momentum=0.0)
+        stage.sum_in_backward = inside
+        x, y = torch.randn(8, 64), torch.tensor([0, 1, 2, 3] * 2)
+        stage.forward(0, (x,), y), stage.backward(0, None, False), stage.accumulate(0)
+        stage.forward(1, (x,), y)
+        with profiler.profile(activities=[profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
+            stage.backward(1, None, False)
+            stage.accumulate(1)
+        events = getattr(getattr(prof.profiler, "kineto_results", None), "events", None)
+        if events is None:
+            pytest.skip("this torch's profiler keeps no allocation records")
+        live = top = 0
+        for e in sorted((e for e in events() if e.name() == "[memory]"), key=lambda e: e.start_ns()):
+            live += e.nbytes()
+            top = max(top, live)
+        return top, max(w.numel() * 4 for w in stage.weights)
+
+    (after, largest), (inside, _) = peak_bytes(False), peak_bytes(True)
+    grads = 4 * sum(p.numel() for p in modelzoo.build("mlp", batch=1, hidden=512, depth=4)[0].parameters())
+    assert after >= grads                       # the whole set (3.3 MB here)
+    assert inside < largest + grads // 4        # one 512 x 512 weight's gradient (1 MB) and small change
