@@ -127,6 +127,8 @@ class StageModel:
         inputs = list(rec.inputs) if need_input_grads else []
         if self.sum_in_backward:
             self._preset_sums(rec.leaves, range(len(rec.leaves)))
+            for t in inputs:                 # a caller's reused input tensor must not add to its last
+                t.grad = None
             torch.autograd.backward(roots, root_grads, inputs=rec.leaves + inputs)
             self._weights_done(mb, rec, None)
             grad_inputs = [t.grad for t in inputs]

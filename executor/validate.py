@@ -214,23 +214,8 @@ def validate_plan(plan: Plan, *, model: str | None = None, model_kwargs: dict | 
     from executor import ExecOptions, launch
     from executor.calibrate import optimizer_seconds
 
-    from executor.launch import check_job_plan
-    from executor.placement import gpu_count
     warmup_waves = default_warmup(waves) if warmup_waves is None else warmup_waves
-    ExecOptions(device=device, waves=waves, warmup_waves=warmup_waves)   # malformed options are named here
-    if device != "cpu" and gpu_count() == 0:
-        raise HetsimError(f"--device {device}: torch sees no CUDA device on this host; use cpu")
-    # The plan rules every command enforces, in the plan's own GPU names, before a minute of measuring.
-    check_job_plan(plan, None, model or plan.model, model_kwargs)
-    if plan.blocking_p2p and schedule_kind(plan.schedule).explicit_p2p:
-        raise HetsimError(f"blocking_p2p: under {plan.schedule} it predicts sends that hold their sender alone, "
-                          "but the executor's transfers are rendezvous holding both ends; drop it to validate")
-    plan, names = onto_host(plan)
-    model = model or plan.model
-    unknown = sorted(g for g in (slowdown or {}) if g not in names and g not in names.values())
-    if unknown:
-        raise HetsimError(f"--slowdown {unknown[0]}: the plan has no GPU of that name; it uses {', '.join(names)}")
-    slowdown = {names.get(g, g): f for g, f in (slowdown or {}).items()}
+    plan, model, slowdown = _checked_onto_host(plan, model, model_kwargs, slowdown, device, waves, warmup_waves)
     cluster, handoff_s = _host_now(plan, model, model_kwargs, slowdown, cores, link_Bps, latency_s, colocated_work,
                                    device)
     key = cluster.gpus[0].type.name
@@ -254,25 +239,13 @@ def validate_plan(plan: Plan, *, model: str | None = None, model_kwargs: dict | 
                          options=ExecOptions(waves=waves, warmup_waves=warmup_waves, seed=seed,
                                              slowdown=slowdown, data=data, device=device))
     predicted_with = bracketed(before, host_profile(), plan, cluster, waves)
-    prediction = hetsim.simulate(cluster, predicted_with, plan, waves=waves, warmup_waves=warmup_waves,
-                                 seed=seed, slowdown=slowdown)
+    simulate = lambda on: hetsim.simulate(on, predicted_with, plan, waves=waves, warmup_waves=warmup_waves,
+                                          seed=seed, slowdown=slowdown)
+    prediction = simulate(cluster)
     if inputs is not None:      # the plan as predicted: the model the run trained, which --model may name
         inputs.update(plan=replace(plan, model=model), cluster=cluster, profile=predicted_with, slowdown=slowdown,
                       waves=waves, warmup_waves=warmup_waves, seed=seed)
-    measurement.training["predicted_work_s_per_minibatch"] = {   # a TP member's: the stage's over t
-        g: sum(predicted_with.stage_times(key, *s.layers)) / s.tp * cluster.nodes[0].colocated_work
-        for vw in plan.virtual_workers for s in vw.stages for g in s.members}
-    if device != "cpu":
-        measurement.training["gpu_concurrency"] = cluster.nodes[0].shared_cores
-    errors = [abs(w.error_pct) for w in work_rows(measurement) if w.error_pct is not None]
-    # None where no rank's work could be compared (work_rows), not a perfect 0.
-    measurement.training["cpu_work_drift"] = {"max_abs_error_pct": round(max(errors), 1) if errors else None,
-                                              "tolerance_pct": WORK_DRIFT_PCT}
-    # Load that came or went during the run is not in the prediction: measure again to tell.
-    if device == "cpu":
-        measurement.training["cores_available"] = {"before": cluster.nodes[0].shared_cores,
-                                                   "after": available_cores()}
-    measurement.training["colocated_work"] = cluster.nodes[0].colocated_work
+    _annotate(measurement.training, plan, cluster, predicted_with, measurement, device)
     measurement.training["handoff_s"] = handoff_s     # part of the link latency the prediction used
     measurement.training["tp_allreduce_call_s"] = call_s     # one measured call (0: no TP stage)
     if handoff_s:
@@ -281,10 +254,48 @@ def validate_plan(plan: Plan, *, model: str | None = None, model_kwargs: dict | 
         alone = host_cluster(len(node.gpus), node.shared_cores, node.intra_link.bandwidth_Bps,
                              node.intra_link.latency_s - handoff_s, node.colocated_work, copy_cores=node.copy_cores,
                              collective_latency_s=node.intra_link.collective_latency_s)
-        measurement.training["predicted_samples_s_without_handoff"] = hetsim.simulate(
-            alone, predicted_with, plan, waves=waves, warmup_waves=warmup_waves, seed=seed,
-            slowdown=slowdown).throughput["samples_per_s"]
+        measurement.training["predicted_samples_s_without_handoff"] = simulate(alone).throughput["samples_per_s"]
     return prediction, measurement
+
+
+def _checked_onto_host(plan: Plan, model: str | None, model_kwargs: dict | None, slowdown: dict[str, float] | None,
+                       device: str, waves: int, warmup_waves: int) -> tuple[Plan, str, dict[str, float]]:
+    """The plan on this host's GPU names, its model and slowdowns, once every input is known to be
+    runnable: the rules every command enforces, before a minute of measuring."""
+    from executor import ExecOptions
+    from executor.launch import check_job_plan
+    from executor.placement import gpu_count
+    ExecOptions(device=device, waves=waves, warmup_waves=warmup_waves)   # malformed options are named here
+    if device != "cpu" and gpu_count() == 0:
+        raise HetsimError(f"--device {device}: torch sees no CUDA device on this host; use cpu")
+    check_job_plan(plan, None, model or plan.model, model_kwargs)       # in the plan's own GPU names
+    if plan.blocking_p2p and schedule_kind(plan.schedule).explicit_p2p:
+        raise HetsimError(f"blocking_p2p: under {plan.schedule} it predicts sends that hold their sender alone, "
+                          "but the executor's transfers are rendezvous holding both ends; drop it to validate")
+    plan, names = onto_host(plan)
+    unknown = sorted(g for g in (slowdown or {}) if g not in names and g not in names.values())
+    if unknown:
+        raise HetsimError(f"--slowdown {unknown[0]}: the plan has no GPU of that name; it uses {', '.join(names)}")
+    return plan, model or plan.model, {names.get(g, g): f for g, f in (slowdown or {}).items()}
+
+
+def _annotate(training: dict, plan: Plan, cluster, profile: ModelProfile, measurement, device: str) -> None:
+    """What a reader of the measurement needs beside it to judge the prediction: each rank's
+    predicted work, how far the measured work drifted from it, and the host's state around the run."""
+    key, node = cluster.gpus[0].type.name, cluster.nodes[0]
+    training["predicted_work_s_per_minibatch"] = {   # a TP member's: the stage's over t
+        g: sum(profile.stage_times(key, *s.layers)) / s.tp * node.colocated_work
+        for vw in plan.virtual_workers for s in vw.stages for g in s.members}
+    if device != "cpu":
+        training["gpu_concurrency"] = node.shared_cores
+    errors = [abs(w.error_pct) for w in work_rows(measurement) if w.error_pct is not None]
+    # None where no rank's work could be compared (work_rows), not a perfect 0.
+    training["cpu_work_drift"] = {"max_abs_error_pct": round(max(errors), 1) if errors else None,
+                                  "tolerance_pct": WORK_DRIFT_PCT}
+    # Load that came or went during the run is not in the prediction: measure again to tell.
+    if device == "cpu":
+        training["cores_available"] = {"before": node.shared_cores, "after": available_cores()}
+    training["colocated_work"] = node.colocated_work
 
 
 def write_inputs(inputs: dict, folder: str) -> str:

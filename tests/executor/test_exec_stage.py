@@ -121,3 +121,14 @@ def test_summing_inside_the_backward_holds_one_parameters_gradient_beside_the_su
     grads = 4 * sum(p.numel() for p in modelzoo.build("mlp", batch=1, hidden=512, depth=4)[0].parameters())
     assert after >= grads                       # the whole set (3.3 MB here)
     assert inside < largest + grads // 4        # one 512 x 512 weight's gradient (1 MB) and small change
+
+
+def test_an_input_tensor_used_again_gets_its_own_gradient_not_the_sum_of_both():
+    stage = _stage(4, 9, False)
+    stage.sum_in_backward = True
+    x = torch.randn(4, 128, generator=torch.Generator().manual_seed(4))
+    stage.forward(0, (x,), torch.tensor([0, 1, 2, 3]))
+    first = stage.backward(0, None, need_input_grads=True)[0].clone()
+    stage.forward(1, (x,), torch.tensor([0, 1, 2, 3]))
+    again = stage.backward(1, None, need_input_grads=True)[0]
+    assert torch.equal(first, again)
