@@ -161,12 +161,13 @@ class StageModel:
         layer at a time, so autograd walks only that layer (never back into the ones before it)."""
         rec = self.inflight.pop(mb)
         grads: list[torch.Tensor | None] = [None] * len(rec.leaves)
+        if self.sum_in_backward:            # every leaf, those of layers with no gradient included
+            self._preset_sums(rec.leaves, range(len(rec.leaves)))
         for layer, (out, g) in enumerate(zip(rec.layer_outputs, rec.layer_grads)):
             mine = [j for j, l in enumerate(self._layer_of) if l == layer]
             if not mine or g is None:
                 continue
             if self.sum_in_backward:
-                self._preset_sums(rec.leaves, mine)
                 torch.autograd.backward(out, g, inputs=[rec.leaves[j] for j in mine])
                 continue
             for j, grad in zip(mine, torch.autograd.grad(out, [rec.leaves[j] for j in mine], g, allow_unused=True)):
@@ -253,7 +254,9 @@ class StageModel:
 
     def wave_flat(self) -> torch.Tensor:
         """BSP: the wave's gradient sum as one vector (`flat_grads`), to all-reduce in place."""
-        return self._acc_flat if self._acc is not None else torch.zeros(0, device=self.device)
+        if self._acc is None or self._acc_flat is None:
+            return torch.zeros(0, device=self.device)
+        return self._acc_flat
 
     def scale_wave(self, factor: float) -> None:
         """Multiply the wave's gradients by `factor` at the step (an all-reduce's 1/n, for free)."""

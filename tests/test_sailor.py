@@ -65,8 +65,10 @@ def test_a_plan_for_another_model_and_mixed_datacentre_gpus_imports_from_the_sam
     assert len(run.profile.layers) == 34
     block = run.profile.layers[5]
     assert block.param_bytes == pytest.approx(4 * 12 * 2560 ** 2, rel=0.01)
-    assert block.fwd_s["gh200@tp4"] == times["GH-96"]["1"]["4"]["5"][0]
-    assert block.bwd_s["a100@tp4"] == times["A100-40"]["1"]["4"]["5"][1]
+    for i in (0, 1, 5, 33):       # the embedding, the head and a block take different times
+        layer, key = run.profile.layers[i], str(i)
+        assert layer.fwd_s["gh200@tp4"] == times["GH-96"]["1"]["4"][key][0]
+        assert layer.bwd_s["a100@tp4"] == times["A100-40"]["1"]["4"][key][1]
     out = tmp_path / "neo"
     assert main(["import", "sailor", str(path), "--data", str(DATA), "--training-config", str(neo),
                  "--out", str(out)]) == 0

@@ -65,30 +65,66 @@ def test_parameters_sharing_a_storage_each_get_their_own_copy():
     assert out[0].data_ptr() != out[2].data_ptr() and shared.untyped_storage().nbytes() == 0
 
 
-def _wave(stage: StageModel, waves: int = 2, nm: int = 3) -> list[torch.Tensor]:
-    """`waves` flush waves of `nm` minibatches on a last stage; the weights after them."""
+def _wave(stage: StageModel, lo: int, hi: int, waves: int = 2, nm: int = 3) -> list[torch.Tensor]:
+    """`waves` flush waves of `nm` minibatches on stage [lo, hi) of the MLP (a middle stage gets
+    fixed output gradients); the BSP vector before each step, then the weights after the last."""
     gen = torch.Generator().manual_seed(3)
+    width = 64 if lo == 0 else 128
+    seen = []
     for _ in range(waves):
         for k in range(nm):
-            stage.forward(k, (torch.randn(4, 128, generator=gen),), torch.tensor([0, 1, 2, 3]))
+            out = stage.forward(k, (torch.randn(4, width, generator=gen),), torch.tensor([0, 1, 2, 3]))
+            grad_out = None if stage.is_last else tuple(torch.randn(o.shape, generator=gen) for o in out)
             if stage.split_backward:
-                stage.backward_input(k, None, need_input_grads=True)
+                stage.backward_input(k, grad_out, need_input_grads=lo > 0)
                 stage.backward_weight(k)
             else:
-                stage.backward(k, None, need_input_grads=True)
+                stage.backward(k, grad_out, need_input_grads=lo > 0)
+            if stage.sum_in_backward:
+                assert not stage.grads                # nothing kept whole for accumulate to add
             stage.accumulate(k)
+        seen.append(stage.wave_flat().clone())
         stage.step()
-    return stage.weights
+    return seen + list(stage.weights)
 
 
-@pytest.mark.parametrize("split,flat", [(False, False), (True, False), (False, True)])
-def test_summing_inside_the_backward_takes_the_same_steps_bit_for_bit(split, flat):
-    explicit, inside = _stage(4, 9, split), _stage(4, 9, split)
+@pytest.mark.parametrize("lo,hi", [(2, 6), (4, 9), (1, 2)])       # middle, last, a stage with no weights
+@pytest.mark.parametrize("split,flat", [(False, False), (True, False), (False, True), (True, True)])
+def test_summing_inside_the_backward_takes_the_same_steps_bit_for_bit(lo, hi, split, flat):
+    explicit, inside = _stage(lo, hi, split), _stage(lo, hi, split)
     explicit.flat_grads = inside.flat_grads = flat
     inside.sum_in_backward = True
-    want, got = _wave(explicit), _wave(inside)
-    assert all(torch.equal(a, b) for a, b in zip(want, got))
-    assert not all(torch.equal(a, b) for a, b in zip(got, _stage(4, 9, split).weights))   # it trained
+    want, got = _wave(explicit, lo, hi), _wave(inside, lo, hi)
+    assert len(want) == len(got) and all(torch.equal(a, b) for a, b in zip(want, got))
+    if flat and inside.weights:
+        assert got[0].numel() == inside.numel and got[0].abs().sum() > 0     # the all-reduce's vector
+    before = _stage(lo, hi, split).weights
+    assert not inside.weights or not all(torch.equal(a, b) for a, b in zip(inside.weights, before))
+
+
+def test_a_layer_without_a_gradient_keeps_the_waves_sum_of_its_weights():
+    """Zero-bubble's weight pass skips a layer whose output got no gradient; its weights' sum so far
+    in the wave stays (and, under BSP, stays in the vector the all-reduce sums)."""
+    stage = _stage(4, 9, True)
+    stage.sum_in_backward = stage.flat_grads = True
+    for k in range(2):
+        stage.forward(k, (torch.randn(4, 128),), torch.tensor([0, 1, 2, 3]))
+        stage.backward_input(k, None, need_input_grads=True)
+        if k:
+            stage.inflight[k].layer_grads[0] = None          # layer 4 gets nothing this time
+        stage.backward_weight(k)
+        stage.accumulate(k)
+        if not k:
+            first = stage.wave_flat().clone()
+    n = stage.weights[0].numel()
+    assert stage.wave_flat()[:n].abs().sum() > 0
+    assert torch.equal(stage.wave_flat()[:n], first[:n])
+    assert all(a.data_ptr() == b.data_ptr() for a, b in zip(stage._acc, _views_of(stage)))
+
+
+def _views_of(stage: StageModel) -> list[torch.Tensor]:
+    from executor.stage import _views
+    return _views(stage._acc_flat, stage.weights)
 
 
 def test_summing_inside_the_backward_holds_one_parameters_gradient_beside_the_sum_not_all():
