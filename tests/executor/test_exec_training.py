@@ -89,10 +89,13 @@ def reference_wave_losses(waves: int, nm: int, n_vw: int = 1) -> list[float]:
     return [losses[key] for key in sorted(losses)]
 
 
-@pytest.mark.parametrize("n_vw,sync", [(1, SyncSpec()), (2, SyncSpec(mode="bsp"))], ids=["none", "bsp"])
-def test_zb_h1_split_backward_trains_like_one_process(n_vw, sync):
-    """I (input gradients) then, deferred, W (weight gradients): the same gradients as one backward."""
-    plan = mlp_plan([[0, 4, 9]] * n_vw, nm=4, schedule="zb-h1", sync=sync, batch=BATCH)
+@pytest.mark.parametrize("n_vw,sync,cuts", [(1, SyncSpec(), [0, 4, 9]), (2, SyncSpec(mode="bsp"), [0, 4, 9]),
+                                            (2, SyncSpec(mode="bsp"), [0, 1, 2, 9])],
+                         ids=["none", "bsp", "bsp-weightless-stage"])
+def test_zb_h1_split_backward_trains_like_one_process(n_vw, sync, cuts):
+    """I (input gradients) then, deferred, W (weight gradients): the same gradients as one backward
+    (layer 1, a ReLU alone, makes a stage with no weights and an empty all-reduce)."""
+    plan = mlp_plan([cuts] * n_vw, nm=4, schedule="zb-h1", sync=sync, batch=BATCH)
     report = measured(plan, waves=3)
     got = [loss for _, _, loss in sorted(report.training["losses"])]
     want = reference_wave_losses(3, 4, n_vw)
