@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 from hetsim.cluster import load_cluster
@@ -161,3 +163,11 @@ def test_a_node_sharing_a_fraction_of_the_cores_reads_back_with_its_copy_cores(t
     path.write_text(yaml.safe_dump(cluster_document(cluster)))
     back = load_cluster(path).nodes[0]
     assert (back.shared_cores, back.copy_cores, back.colocated_work) == (1.75, 16, 1.04)
+
+
+def test_every_shipped_cluster_loads_and_names_its_nodes_gpus():
+    shipped = sorted((Path(__file__).resolve().parents[1] / "gpu_profiles" / "clusters").glob("*.yaml"))
+    assert len(shipped) >= 6
+    for path in shipped:
+        cluster = load_cluster(path)
+        assert cluster.gpus and all(g.node in {n.name for n in cluster.nodes} for g in cluster.gpus), path.name
