@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import argparse
 import functools
+import math
 import multiprocessing
 import os
 import time
 from dataclasses import replace
+from pathlib import Path
 
 from hetsim.cli.validate import WARMUP_WAVES, WAVES
 from hetsim.cluster import Cluster, GpuSlot, LinkSpec, Node
@@ -62,18 +64,29 @@ def available_cores(seconds: float = 1.0, tries: int = 3) -> float:
     validate runs just before leave the host busy for a moment after their processes are joined
     (right after executor.colocation's four probes of vw2_tp2_bsp_gpt: 1.78 cores, 3 s later 1.99),
     load that will not be there during the run, while other load lowers every try."""
-    cores = 0.0
+    cores, usable = 0.0, usable_cores()
     for _ in range(tries):
-        cores = max(cores, _cores_now(seconds))
-        if cores >= (os.cpu_count() or 1) - 0.05:
+        cores = max(cores, _cores_now(seconds, math.ceil(usable)))
+        if cores >= usable - 0.05:
             break
     return cores
 
 
-def _cores_now(seconds: float) -> float:
+def usable_cores(cpu_max: str = "/sys/fs/cgroup/cpu.max") -> float:
+    """Cores this process may run on: its CPU affinity, capped by a cgroup (v2) CPU quota where one
+    is set, as in a container given 1.5 CPUs on a larger host."""
+    cores = float(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    try:
+        quota, period = Path(cpu_max).read_text().split()[:2]
+        return cores if quota == "max" else min(cores, int(quota) / int(period))
+    except (OSError, ValueError):
+        return cores
+
+
+def _cores_now(seconds: float, n: int) -> float:
     ctx = multiprocessing.get_context("fork")
     out = ctx.Queue()
-    procs = [ctx.Process(target=_spin, args=(seconds, out)) for _ in range(os.cpu_count() or 1)]
+    procs = [ctx.Process(target=_spin, args=(seconds, out)) for _ in range(n)]
     for p in procs:
         p.start()
     cpu = sum(out.get() for _ in procs)
@@ -473,7 +486,7 @@ def run(args: argparse.Namespace) -> int:
             colocated_work=args.colocated_work, device=args.device, inputs=inputs)
     if args.device == "cpu":
         cores = measurement.training["cores_available"]["before"]
-        where = (f"{cores} of {os.cpu_count()} cores available, shared by {len(measurement.gpus)} stage ranks, "
+        where = (f"{cores} of {usable_cores():g} cores available, shared by {len(measurement.gpus)} stage ranks, "
                  f"compute x{measurement.training['colocated_work']} co-located"
                  + (f", {measurement.training['handoff_s'] * 1e3:.2f} ms hand-off a message"
                     if measurement.training["handoff_s"] else ""))

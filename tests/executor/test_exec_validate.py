@@ -264,11 +264,22 @@ def test_a_deepspeed_plan_with_blocking_sends_is_refused_before_any_measuring():
 
 def test_available_cores_measures_again_while_short_and_keeps_the_most(monkeypatch):
     import executor.validate as v
-    monkeypatch.setattr(v.os, "cpu_count", lambda: 2)
-    for readings, want, tries in (([1.78, 1.99], 1.99, 2),        # our probes' load, gone a moment later
-                                  ([1.5, 1.4, 1.5], 1.5, 3),       # other load stays: every try reads it
-                                  ([2.0], 2.0, 1)):                # a quiet host: one try
+    for usable, readings, want, tries in ((2.0, [1.78, 1.99], 1.99, 2),    # our probes' load, gone a moment later
+                                          (2.0, [1.5, 1.4, 1.5], 1.5, 3),   # other load stays: every try reads it
+                                          (2.0, [2.0], 2.0, 1),             # a quiet host: one try
+                                          (1.5, [1.49], 1.49, 1)):          # a container's quota: full at 1.5
         calls = iter(readings)
         seen = []
-        monkeypatch.setattr(v, "_cores_now", lambda seconds: seen.append(1) or next(calls))
-        assert v.available_cores() == want and len(seen) == tries
+        monkeypatch.setattr(v, "usable_cores", lambda: usable)
+        monkeypatch.setattr(v, "_cores_now", lambda seconds, n: seen.append(n) or next(calls))
+        assert v.available_cores() == want and seen == [2] * tries
+
+
+def test_usable_cores_are_the_affinity_capped_by_a_cgroup_quota(tmp_path):
+    from executor.validate import usable_cores
+    import os
+    mine = float(len(os.sched_getaffinity(0)))
+    for text, want in (("max 100000", mine), ("50000 100000", min(mine, 0.5)), ("not a quota", mine)):
+        (tmp_path / "cpu.max").write_text(text + "\n")
+        assert usable_cores(str(tmp_path / "cpu.max")) == want
+    assert usable_cores(str(tmp_path / "absent")) == mine
