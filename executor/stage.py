@@ -112,7 +112,11 @@ class StageModel:
                        for t in inputs)
         outputs = functional_call(self.module, dict(zip(self.names, leaves)), inputs, strict=False)
         loss = self.loss_fn(outputs[0], labels) if self.is_last else None    # per sample or per token
-        self.inflight[mb] = InFlight(self.version, self.weights, leaves, inputs, outputs, loss,
+        # The last stage's backward starts from the loss, whose graph keeps what it needs: holding
+        # the outputs too (a language model's logits) would keep one more logits-sized tensor per
+        # minibatch in flight.
+        kept = () if self.is_last else outputs
+        self.inflight[mb] = InFlight(self.version, self.weights, leaves, inputs, kept, loss,
                                      self.module.layer_outputs)
         self.module.layer_outputs = []
         live = {r.version for r in self.inflight.values()} | {self.version}

@@ -67,9 +67,12 @@ def count_saved(graph: LayerGraph, example: torch.Tensor) -> list[SavedBytes]:
     counts, before = [], {}
     for i, layer in enumerate(graph.layers):
         count, out, storages = _layer_saved(layer, [values[p] for p in graph.preds[i]])
-        shared = sum(nbytes for k, nbytes in storages.items() if k in before)
+        shared = sum(s.nbytes() for k, s in storages.items() if k in before)
         counts.append(replace(count, shared_bytes=shared))
-        before = storages          # a detached output shares its storage with the next layer's input
+        # A detached output shares its storage with the next layer's input. Holding the layer's saved
+        # storages until the next is counted keeps their addresses (the keys) from being reused by
+        # the next layer's new storages, which would count as shared what is not.
+        before = storages
         out = out.detach()
         values[i] = out.requires_grad_(True) if out.is_floating_point() else out
     return counts
@@ -96,7 +99,7 @@ def _layer_saved(layer: nn.Module, inputs: list[torch.Tensor]):
         out = layer(*inputs)
     total = sum(s.nbytes() for s, _ in saved.values())
     whole = sum(s.nbytes() for s, replicated in saved.values() if replicated)
-    storages = {k: s.nbytes() for k, (s, _replicated) in saved.items()}
+    storages = {k: s for k, (s, _replicated) in saved.items()}
     return SavedBytes(saved_bytes=total, replicated_bytes=whole, tp_allreduce_bytes=tp.allreduce_bytes,
                       tp_allreduce_calls=tp.allreduce_calls), out, storages
 

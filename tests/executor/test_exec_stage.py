@@ -168,3 +168,28 @@ def test_an_input_tensor_used_again_gets_its_own_gradient_not_the_sum_of_both():
     stage.forward(1, (x,), torch.tensor([0, 1, 2, 3]))
     again = stage.backward(1, None, need_input_grads=True)[0]
     assert torch.equal(first, again)
+
+
+def test_a_last_stage_keeps_the_loss_not_its_outputs_for_the_backward():
+    """A language model's logits are as large as its loss's saved softmax: holding them too until the
+    backward would keep one more such tensor per minibatch in flight."""
+    last, middle = _stage(4, 9, False), _stage(2, 6, False)
+    last.forward(0, (torch.randn(4, 128),), torch.tensor([0, 1, 2, 3]))
+    middle.forward(0, (torch.randn(4, 128),), None)
+    assert last.inflight[0].outputs == () and last.inflight[0].loss is not None
+    assert len(middle.inflight[0].outputs) == 1
+
+
+def test_the_memory_model_is_within_a_few_percent_of_an_mlp_stages_allocations():
+    """experiments/validation/memory_cpu.py: hetsim.memory against the stage's own CPU allocations."""
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[2] / "experiments" / "validation" / "memory_cpu.py"
+    spec = importlib.util.spec_from_file_location("memory_cpu", path)
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    kwargs = {"hidden": 512, "depth": 4}
+    for nm in (2, 4):
+        got = check.measured_peak_bytes("mlp", kwargs, 128, nm)
+        want = check.predicted("mlp", kwargs, 128, nm).total_bytes
+        assert abs(want - got) / got < 0.08, (nm, want, got)
