@@ -31,7 +31,7 @@ from hetsim.schedule.registry import schedule_kind
 from hetsim.units import GIB
 
 __all__ = ["run", "host_cluster", "onto_host", "with_optimizer_costs", "validate_plan", "write_inputs", "available_cores",
-           "cpu_time_profile", "load_changed", "default_warmup", "bracketed", "with_tp_allreduce_bytes",
+           "cpu_time_profile", "load_changed", "default_warmup", "bracketed", "with_counted_bytes",
            "work_rows", "work_drift", "WORK_DRIFT_PCT", "WAVES", "WARMUP_WAVES"]
 
 
@@ -132,17 +132,22 @@ def with_optimizer_costs(profile: ModelProfile, per_layer_s: list[float], device
     return replace(profile, layers=layers, source=profile.source + " + measured optimiser work in bwd_s")
 
 
-def with_tp_allreduce_bytes(profile: ModelProfile, model: str, model_kwargs: dict) -> ModelProfile:
-    """The profile with each layer's tensor-parallel all-reduce bytes and calls per pass (modelzoo.saved,
-    counted on the meta device at the profile's batch), which a measured profile lacks: the simulator
-    runs a TP stage's compute divided by its degree, then these all-reduces on the node's links."""
-    counts = _tp_counts(model, profile.batch_size, model_kwargs)
-    layers = tuple(replace(l, tp_allreduce_bytes=c.tp_allreduce_bytes, tp_allreduce_calls=c.tp_allreduce_calls)
+def with_counted_bytes(profile: ModelProfile, model: str, model_kwargs: dict) -> ModelProfile:
+    """The profile with what a measured profile lacks, counted on the meta device at the profile's
+    batch (modelzoo.saved, as `hetsim profile` counts it): each layer's saved bytes (the last layer's
+    with its loss's), for the memory prediction, and its tensor-parallel all-reduce bytes and calls
+    per pass: the simulator runs a TP stage's compute divided by its degree, then these all-reduces on
+    the node's links."""
+    counts = _counts(model, profile.batch_size, model_kwargs)
+    layers = tuple(replace(l, saved_bytes=c.saved_bytes, saved_replicated_bytes=c.replicated_bytes,
+                           saved_shared_bytes=c.shared_bytes, tp_allreduce_bytes=c.tp_allreduce_bytes,
+                           tp_allreduce_calls=c.tp_allreduce_calls)
                    for l, c in zip(profile.layers, counts))
-    return replace(profile, layers=layers, source=profile.source + " + TP all-reduce bytes counted by modelzoo.saved")
+    return replace(profile, layers=layers,
+                   source=profile.source + " + saved and TP all-reduce bytes counted by modelzoo.saved")
 
 
-def _tp_counts(model: str, batch: int, model_kwargs: dict) -> tuple:
+def _counts(model: str, batch: int, model_kwargs: dict) -> tuple:
     """modelzoo.saved's counts of the model, once per model, batch and arguments: validate needs them
     for the collective probe and for the profiles on both sides of the run."""
     return _counted(model, batch, tuple(sorted(model_kwargs.items())))
@@ -151,9 +156,10 @@ def _tp_counts(model: str, batch: int, model_kwargs: dict) -> tuple:
 @functools.lru_cache(maxsize=8)
 def _counted(model: str, batch: int, model_kwargs: tuple) -> tuple:
     import modelzoo
+    from modelzoo.counting import meta_loss
     from modelzoo.saved import count_saved
     net, example = modelzoo.build(model, batch=batch, device="meta", **dict(model_kwargs))
-    return tuple(count_saved(modelzoo.layer_graph(net), example))
+    return tuple(count_saved(modelzoo.layer_graph(net), example, loss=meta_loss(net, example)))
 
 
 def with_collective_latency(cluster: Cluster, plan: Plan, model: str, model_kwargs: dict, device: str,
@@ -163,7 +169,7 @@ def with_collective_latency(cluster: Cluster, plan: Plan, model: str, model_kwar
     on CPU with the plan's other ranks computing meanwhile), and the measured seconds of one call.
     One figure for the link: a plan mixing TP degrees has its narrower groups priced at the widest's."""
     from executor.calibrate import collective_call, collective_latency
-    counts = _tp_counts(model, plan.minibatch_size, model_kwargs)
+    counts = _counts(model, plan.minibatch_size, model_kwargs)
     calls = sum(c.tp_allreduce_calls for c in counts)
     nbytes = sum(c.tp_allreduce_bytes for c in counts) // max(calls, 1)
     ranks = max(s.tp for vw in plan.virtual_workers for s in vw.stages)
@@ -241,9 +247,8 @@ def validate_plan(plan: Plan, *, model: str | None = None, model_kwargs: dict | 
                                                   uses_nccl(device, "auto", len(plan.gpus)))
 
     def host_profile() -> ModelProfile:
-        measured = given or _profile(model, plan.minibatch_size, profile_repeats, model_kwargs or {}, device)
-        if tensor_parallel:
-            measured = with_tp_allreduce_bytes(measured, model, model_kwargs or {})
+        measured = with_counted_bytes(given or _profile(model, plan.minibatch_size, profile_repeats,
+                                                        model_kwargs or {}, device), model, model_kwargs or {})
         return with_optimizer_costs(measured, optimizer_seconds(
             model, schedule=plan.schedule, nm=plan.nm, wsp=plan.sync.mode == "wsp", bsp=plan.sync.mode == "bsp",
             model_kwargs=model_kwargs, device=device), key)

@@ -26,7 +26,7 @@ from modelzoo import MODEL_INPUT, LayerGraph, build, layer_graph
 from modelzoo.attention import counted_attention
 from modelzoo.saved import count_saved
 
-__all__ = ["count_model", "count_graph", "counted_profile"]
+__all__ = ["count_model", "count_graph", "counted_profile", "meta_loss"]
 
 
 class _ByteCounter(TorchDispatchMode):
@@ -60,7 +60,7 @@ def counted_profile(model: str, batch: int, *, attention: str = "fused",
     graph = layer_graph(module)
     outputs: list[int] = []
     costs = count_graph(graph, example, output_bytes=outputs, attention=attention)
-    saved = count_saved(graph, example)
+    saved = count_saved(graph, example, loss=meta_loss(module, example))
     layers = tuple(LayerProfile(name=graph.names[i], kind=graph.kinds[i], param_bytes=graph.param_bytes(i),
                                 output_bytes=outputs[i], fwd_s={}, bwd_s={}, flops_fwd=costs[i].flops_fwd,
                                 saved_bytes=saved[i].saved_bytes,
@@ -74,6 +74,13 @@ def counted_profile(model: str, batch: int, *, attention: str = "fused",
                         input_bytes=example.numel() * example.element_size(),
                         source=f"{model}{_kwargs_text(model_kwargs)}, input {shape} per sample; counted by "
                                "modelzoo.counting on the meta device"), costs
+
+
+def meta_loss(module, example: torch.Tensor) -> tuple:
+    """The model's training loss and a minibatch of labels on `example`'s device (for count_saved)."""
+    from modelzoo.tasks import loss, task_of
+    labels = task_of(module, example).random_batch(int(example.shape[0]), torch.Generator().manual_seed(0))[1]
+    return loss, labels.to(example.device)
 
 
 def _kwargs_text(kwargs: dict) -> str:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from itertools import chain
+from typing import Callable
 
 import torch
 from torch import nn
@@ -59,9 +60,13 @@ class SavedBytes:
     tp_allreduce_calls: int = 0
 
 
-def count_saved(graph: LayerGraph, example: torch.Tensor) -> list[SavedBytes]:
+def count_saved(graph: LayerGraph, example: torch.Tensor,
+                loss: tuple[Callable, torch.Tensor] | None = None) -> list[SavedBytes]:
     """Saved bytes of every layer of `graph` on `example` (use the meta device: nothing is computed).
-    Each layer gets its predecessors' outputs as fresh leaves, as a pipeline stage receives them."""
+    Each layer gets its predecessors' outputs as fresh leaves, as a pipeline stage receives them.
+    With `loss` (the loss function and labels on the same device) the last layer's count includes
+    what the loss saves (a cross-entropy's log-softmax: as large as the scores), as the last layer's
+    times include the loss; under TP it is split, as a vocabulary-parallel loss splits it."""
     graph.layers.train()
     values: dict[int, torch.Tensor] = {MODEL_INPUT: example}
     counts, before = [], {}
@@ -75,7 +80,27 @@ def count_saved(graph: LayerGraph, example: torch.Tensor) -> list[SavedBytes]:
         before = storages
         out = out.detach()
         values[i] = out.requires_grad_(True) if out.is_floating_point() else out
+    if loss is not None and counts:
+        extra = _loss_saved(*loss, values[len(graph) - 1], before)
+        counts[-1] = replace(counts[-1], saved_bytes=counts[-1].saved_bytes + extra)
     return counts
+
+
+def _loss_saved(fn: Callable, labels: torch.Tensor, scores: torch.Tensor, counted: dict) -> int:
+    """Bytes the loss saves for its backward beyond the storages the last layer saved (`counted`).
+    Scalars (a mean's divisor) are left out: a few bytes that, unlike the rest, do not grow with the
+    batch, which would break a profile's scaling to other batches."""
+    saved: dict[int, torch.UntypedStorage] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        k = _key(t)
+        if t.dim() > 0 and k not in counted and k not in saved:
+            saved[k] = t.untyped_storage()
+        return t
+
+    with _AsOnCuda(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn(scores, labels)
+    return sum(s.nbytes() for s in saved.values())
 
 
 def layer_saved(layer: nn.Module, inputs: list[torch.Tensor]) -> tuple[SavedBytes, torch.Tensor]:

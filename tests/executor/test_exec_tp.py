@@ -213,11 +213,16 @@ def test_onto_host_keeps_each_tensor_parallel_group():
     assert [s.members for s in mapped.virtual_workers[0].stages] == [("host/gpu0",), ("host/gpu1", "host/gpu2")]
 
 
-def test_a_measured_profile_gets_megatrons_allreduce_bytes_per_layer():
-    from executor.validate import with_tp_allreduce_bytes
+def test_a_measured_profile_gets_megatrons_allreduce_bytes_and_the_saved_bytes_per_layer():
+    from executor.validate import with_counted_bytes
+    from modelzoo.counting import counted_profile
     from modelzoo.profiler import measure_profile
-    profile = with_tp_allreduce_bytes(measure_profile("gpt2-small", 2, repeats=1, warmup=0, **TINY_GPT),
-                                      "gpt2-small", TINY_GPT)
+    profile = with_counted_bytes(measure_profile("gpt2-small", 2, repeats=1, warmup=0, **TINY_GPT),
+                                 "gpt2-small", TINY_GPT)
+    counted = counted_profile("gpt2-small", 2, **TINY_GPT)[0]
+    assert [l.saved_bytes for l in profile.layers] == [l.saved_bytes for l in counted.layers]
+    # the loss's log-softmax (b, s, vocab) in fp32 is in the head's count
+    assert profile.layers[-1].saved_bytes > 2 * TINY_GPT["seq_len"] * TINY_GPT["vocab_size"] * 4
     activation = 2 * TINY_GPT["seq_len"] * TINY_GPT["d_model"] * 4             # one fp32 (b, s, d)
     assert [l.tp_allreduce_bytes for l in profile.layers] == [activation, 2 * activation, 2 * activation, 0, 0]
     # modelzoo.tp's calls: the lookup's, and each block's after its two row-parallel products
