@@ -114,7 +114,7 @@ class StageModel:
         loss = self.loss_fn(outputs[0], labels) if self.is_last else None    # per sample or per token
         # The last stage's backward starts from the loss, whose graph keeps what it needs: holding
         # the outputs too (a language model's logits) would keep one more logits-sized tensor per
-        # minibatch in flight.
+        # minibatch in flight. (A split backward still keeps every layer's output, the head's too.)
         kept = () if self.is_last else outputs
         self.inflight[mb] = InFlight(self.version, self.weights, leaves, inputs, kept, loss,
                                      self.module.layer_outputs)

@@ -72,15 +72,31 @@ def available_cores(seconds: float = 1.0, tries: int = 3) -> float:
     return cores
 
 
-def usable_cores(cpu_max: str = "/sys/fs/cgroup/cpu.max") -> float:
-    """Cores this process may run on: its CPU affinity, capped by a cgroup (v2) CPU quota where one
-    is set, as in a container given 1.5 CPUs on a larger host."""
+def usable_cores(cgroup_root: str = "/sys/fs/cgroup", self_cgroup: str = "/proc/self/cgroup") -> float:
+    """Cores this process may run on: its CPU affinity, capped by the CPU quota (cgroup v2 cpu.max) of
+    its cgroup and of every cgroup above it, as in a container given 1.5 CPUs on a larger host."""
     cores = float(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    for cpu_max in _cpu_max_files(cgroup_root, self_cgroup):
+        try:
+            quota, period = cpu_max.read_text().split()[:2]
+            if quota != "max":
+                cores = min(cores, int(quota) / int(period))
+        except (OSError, ValueError):
+            continue
+    return cores
+
+
+def _cpu_max_files(root: str, self_cgroup: str) -> list[Path]:
+    """cpu.max of this process's cgroup (v2: the "0::/path" line of /proc/self/cgroup) and its ancestors."""
+    path = ""
     try:
-        quota, period = Path(cpu_max).read_text().split()[:2]
-        return cores if quota == "max" else min(cores, int(quota) / int(period))
-    except (OSError, ValueError):
-        return cores
+        for line in Path(self_cgroup).read_text().splitlines():
+            if line.startswith("0::"):
+                path = line[3:]
+    except OSError:
+        pass
+    parts = [p for p in path.split("/") if p]
+    return [Path(root, *parts[:i], "cpu.max") for i in range(len(parts), -1, -1)]
 
 
 def _cores_now(seconds: float, n: int) -> float:
@@ -134,11 +150,14 @@ def with_optimizer_costs(profile: ModelProfile, per_layer_s: list[float], device
 
 def with_counted_bytes(profile: ModelProfile, model: str, model_kwargs: dict) -> ModelProfile:
     """The profile with what a measured profile lacks, counted on the meta device at the profile's
-    batch (modelzoo.saved, as `hetsim profile` counts it): each layer's saved bytes (the last layer's
+    batch (modelzoo.saved, as `hetsim profile` counts them): each layer's saved bytes (the last layer's
     with its loss's), for the memory prediction, and its tensor-parallel all-reduce bytes and calls
     per pass: the simulator runs a TP stage's compute divided by its degree, then these all-reduces on
     the node's links."""
     counts = _counts(model, profile.batch_size, model_kwargs)
+    if len(counts) != profile.n_layers:
+        raise HetsimError(f"profile: {profile.n_layers} layers, but {model} has {len(counts)}; "
+                          f"give a profile of {model}")
     layers = tuple(replace(l, saved_bytes=c.saved_bytes, saved_replicated_bytes=c.replicated_bytes,
                            saved_shared_bytes=c.shared_bytes, tp_allreduce_bytes=c.tp_allreduce_bytes,
                            tp_allreduce_calls=c.tp_allreduce_calls)

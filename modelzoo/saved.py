@@ -131,7 +131,8 @@ def _layer_saved(layer: nn.Module, inputs: list[torch.Tensor]):
 
 def _key(t: torch.Tensor) -> int:
     # Storage identity: meta tensors have no data pointer, so the address of the storage itself stands
-    # in; every storage keyed here is held alive until the count ends, so no address is reused.
+    # in; whatever keys are compared belong to storages still alive (a layer's, and count_saved holds
+    # the layer before's), so no address in a comparison has been reused.
     return t.untyped_storage()._cdata
 
 

@@ -19,6 +19,7 @@ def test_profile_measures_on_cpu_and_derives_for_named_gpu_types(tmp_path, capsy
     p = load_profile(out)
     assert p.gpu_types == {"cpu", "titan-v", "rtx-2060"} and p.batch_size == 4
     assert [l.name for l in p.layers] == layer_graph(build("mlp")[0]).names
+    assert all(l.saved_bytes for l in p.layers)        # counted beside the measured times, for memory
     g = read_graph(tmp_path / "graph.txt", gpu_type="cpu", batch_size=4)
     assert [l.fwd_s["cpu"] for l in g.layers] == [l.fwd_s["cpu"] for l in p.layers]
     assert "wrote" in capsys.readouterr().out

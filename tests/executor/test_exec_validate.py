@@ -275,11 +275,23 @@ def test_available_cores_measures_again_while_short_and_keeps_the_most(monkeypat
         assert v.available_cores() == want and seen == [2] * tries
 
 
-def test_usable_cores_are_the_affinity_capped_by_a_cgroup_quota(tmp_path):
-    from executor.validate import usable_cores
-    import os
-    mine = float(len(os.sched_getaffinity(0)))
-    for text, want in (("max 100000", mine), ("50000 100000", min(mine, 0.5)), ("not a quota", mine)):
-        (tmp_path / "cpu.max").write_text(text + "\n")
-        assert usable_cores(str(tmp_path / "cpu.max")) == want
-    assert usable_cores(str(tmp_path / "absent")) == mine
+def test_usable_cores_are_the_affinity_capped_by_the_quotas_of_the_cgroup_and_those_above_it(tmp_path,
+                                                                                              monkeypatch):
+    import executor.validate as v
+    monkeypatch.setattr(v.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    mine = tmp_path / "proc_self_cgroup"
+    mine.write_text("0::/job/step\n")
+    (tmp_path / "job" / "step").mkdir(parents=True)
+    usable = lambda: v.usable_cores(str(tmp_path), str(mine))
+    assert usable() == 4.0                                         # no cpu.max anywhere
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    (tmp_path / "job" / "cpu.max").write_text("250000 100000\n")   # a parent's quota: 2.5 CPUs
+    assert usable() == 2.5
+    (tmp_path / "job" / "step" / "cpu.max").write_text("not a quota\n")
+    assert usable() == 2.5
+    (tmp_path / "job" / "step" / "cpu.max").write_text("50000 100000\n")
+    assert usable() == 0.5
+    monkeypatch.setattr(v.os, "sched_getaffinity", lambda pid: {0})
+    (tmp_path / "job" / "step" / "cpu.max").write_text("max 100000\n")
+    assert usable() == 1.0                                         # the affinity mask, below the quotas
+    assert v.usable_cores(str(tmp_path / "absent"), str(tmp_path / "absent")) == 1.0

@@ -160,7 +160,8 @@ def test_layers_without_weight_products_keep_all_saved_bytes_whole():
     profile, _ = counted_profile("resnet18", 2, image_size=32)
     assert all(l.saved_bytes == l.saved_replicated_bytes for l in profile.layers[:-1])
     # The last layer's count includes its loss's log-softmax (2 x 1000 fp32) and labels (2 int64),
-    # split under TP as a vocabulary-parallel loss splits them.
+    # counted split under TP as a vocabulary-parallel loss splits its softmax (the labels, a few
+    # bytes, each member keeps whole).
     head = profile.layers[-1]
     assert head.saved_bytes - head.saved_replicated_bytes == 2 * 1000 * 4 + 2 * 8
     assert all(l.tp_allreduce_bytes == 0 for l in profile.layers)
