@@ -65,8 +65,8 @@ def count_saved(graph: LayerGraph, example: torch.Tensor,
     """Saved bytes of every layer of `graph` on `example` (use the meta device: nothing is computed).
     Each layer gets its predecessors' outputs as fresh leaves, as a pipeline stage receives them.
     With `loss` (the loss function and labels on the same device) the last layer's count includes
-    what the loss saves (a cross-entropy's log-softmax: as large as the scores), as the last layer's
-    times include the loss; under TP it is split, as a vocabulary-parallel loss splits it."""
+    what the loss saves (a cross-entropy's log-softmax: as large as the scores), as a measured last
+    layer's times include the loss; under TP it is split, as a vocabulary-parallel loss splits it."""
     graph.layers.train()
     values: dict[int, torch.Tensor] = {MODEL_INPUT: example}
     counts, before = [], {}
