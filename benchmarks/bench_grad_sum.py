@@ -27,6 +27,7 @@ import torch
 
 import modelzoo
 from executor.stage import StageModel
+from modelzoo.cpu_memory import peak_bytes_during
 from modelzoo.allocator import steady_allocator
 
 KWARGS, BATCH = {"hidden": 1024, "depth": 8}, 256
@@ -58,19 +59,10 @@ def _wave(stage: StageModel, nm: int, x, y) -> float:
 def _peak_bytes(inside: bool, flat: bool) -> int:
     """Most bytes alive at once during a wave's second backward and its accumulate, beyond those
     alive when it began."""
-    from torch.profiler import ProfilerActivity, profile
     stage, (x, y) = _stage(inside, flat), _batch()
     stage.forward(0, (x,), y), stage.backward(0, None, False), stage.accumulate(0)
     stage.forward(1, (x,), y)
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        stage.backward(1, None, False)
-        stage.accumulate(1)
-    live = top = 0
-    for e in sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
-                    key=lambda e: e.start_ns()):
-        live += e.nbytes()
-        top = max(top, live)
-    return top
+    return peak_bytes_during(lambda: (stage.backward(1, None, False), stage.accumulate(1)))
 
 
 def main() -> None:

@@ -150,35 +150,24 @@ def with_optimizer_costs(profile: ModelProfile, per_layer_s: list[float], device
 
 def with_counted_bytes(profile: ModelProfile, model: str, model_kwargs: dict) -> ModelProfile:
     """The profile with what a measured profile lacks, counted on the meta device at the profile's
-    batch (modelzoo.saved, as `hetsim profile` counts them): each layer's saved bytes (the last layer's
-    with its loss's), for the memory prediction, and its tensor-parallel all-reduce bytes and calls
-    per pass: the simulator runs a TP stage's compute divided by its degree, then these all-reduces on
-    the node's links."""
-    counts = _counts(model, profile.batch_size, model_kwargs)
-    if len(counts) != profile.n_layers:
-        raise HetsimError(f"profile: {profile.n_layers} layers, but {model} has {len(counts)}; "
-                          f"give a profile of {model}")
-    layers = tuple(replace(l, saved_bytes=c.saved_bytes, saved_replicated_bytes=c.replicated_bytes,
-                           saved_shared_bytes=c.shared_bytes, tp_allreduce_bytes=c.tp_allreduce_bytes,
-                           tp_allreduce_calls=c.tp_allreduce_calls)
-                   for l, c in zip(profile.layers, counts))
-    return replace(profile, layers=layers,
-                   source=profile.source + " + saved and TP all-reduce bytes counted by modelzoo.saved")
+    batch (modelzoo.counting.with_counts, as `hetsim profile` adds them): each layer's saved bytes
+    (the last layer's with its loss's), for the memory prediction, and its tensor-parallel all-reduce
+    bytes and calls per pass: the simulator runs a TP stage's compute divided by its degree, then
+    these all-reduces on the node's links."""
+    from modelzoo.counting import with_counts
+    return with_counts(profile, _counts(model, profile.batch_size, model_kwargs))
 
 
-def _counts(model: str, batch: int, model_kwargs: dict) -> tuple:
-    """modelzoo.saved's counts of the model, once per model, batch and arguments: validate needs them
-    for the collective probe and for the profiles on both sides of the run."""
+def _counts(model: str, batch: int, model_kwargs: dict) -> ModelProfile:
+    """modelzoo.counting's counted profile of the model, once per model, batch and arguments: validate
+    needs it for the collective probe and for the profiles on both sides of the run."""
     return _counted(model, batch, tuple(sorted(model_kwargs.items())))
 
 
 @functools.lru_cache(maxsize=8)
-def _counted(model: str, batch: int, model_kwargs: tuple) -> tuple:
-    import modelzoo
-    from modelzoo.counting import meta_loss
-    from modelzoo.saved import count_saved
-    net, example = modelzoo.build(model, batch=batch, device="meta", **dict(model_kwargs))
-    return tuple(count_saved(modelzoo.layer_graph(net), example, loss=meta_loss(net, example)))
+def _counted(model: str, batch: int, model_kwargs: tuple) -> ModelProfile:
+    from modelzoo.counting import counted_profile
+    return counted_profile(model, batch, **dict(model_kwargs))[0]
 
 
 def with_collective_latency(cluster: Cluster, plan: Plan, model: str, model_kwargs: dict, device: str,
@@ -188,7 +177,7 @@ def with_collective_latency(cluster: Cluster, plan: Plan, model: str, model_kwar
     on CPU with the plan's other ranks computing meanwhile), and the measured seconds of one call.
     One figure for the link: a plan mixing TP degrees has its narrower groups priced at the widest's."""
     from executor.calibrate import collective_call, collective_latency
-    counts = _counts(model, plan.minibatch_size, model_kwargs)
+    counts = _counts(model, plan.minibatch_size, model_kwargs).layers
     calls = sum(c.tp_allreduce_calls for c in counts)
     nbytes = sum(c.tp_allreduce_bytes for c in counts) // max(calls, 1)
     ranks = max(s.tp for vw in plan.virtual_workers for s in vw.stages)

@@ -15,18 +15,21 @@ runs the forward once more with CUDA's attention, dropout and RMSNorm kernels.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode
 
 from hetsim.derive import LayerCost
+from hetsim.errors import HetsimError
 from hetsim.profile import LayerProfile, ModelProfile
 from modelzoo import MODEL_INPUT, LayerGraph, build, layer_graph
 from modelzoo.attention import counted_attention
 from modelzoo.saved import count_saved
 
-__all__ = ["count_model", "count_graph", "counted_profile", "meta_loss"]
+__all__ = ["count_model", "count_graph", "counted_profile", "meta_loss", "with_counts", "COUNTED_FIELDS"]
 
 
 class _ByteCounter(TorchDispatchMode):
@@ -74,6 +77,23 @@ def counted_profile(model: str, batch: int, *, attention: str = "fused",
                         input_bytes=example.numel() * example.element_size(),
                         source=f"{model}{_kwargs_text(model_kwargs)}, input {shape} per sample; counted by "
                                "modelzoo.counting on the meta device"), costs
+
+
+COUNTED_FIELDS = ("saved_bytes", "saved_replicated_bytes", "saved_shared_bytes", "tp_allreduce_bytes",
+                  "tp_allreduce_calls")
+
+
+def with_counts(profile: ModelProfile, counted: ModelProfile) -> ModelProfile:
+    """`profile` (measured: times only) with `counted`'s saved and tensor-parallel bytes per layer
+    (counted_profile's), which timing layers does not give: the memory prediction and a TP stage's
+    all-reduces need them."""
+    if counted.n_layers != profile.n_layers:
+        raise HetsimError(f"profile: {profile.n_layers} layers, but {counted.model} has {counted.n_layers}; "
+                          f"give a profile of {counted.model}")
+    layers = tuple(replace(l, **{f: getattr(c, f) for f in COUNTED_FIELDS})
+                   for l, c in zip(profile.layers, counted.layers))
+    return replace(profile, layers=layers,
+                   source=profile.source + " + saved and TP all-reduce bytes counted by modelzoo.saved")
 
 
 def meta_loss(module, example: torch.Tensor) -> tuple:

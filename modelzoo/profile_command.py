@@ -17,7 +17,7 @@ from hetsim.gpu import GpuType
 from hetsim.pipedream_graph import write_graph
 from hetsim.profile_files import save_profile
 from modelzoo import MODELS
-from modelzoo.counting import counted_profile
+from modelzoo.counting import counted_profile, with_counts
 from modelzoo.kernel_classes import split_by_kernel_class
 from modelzoo.profiler import measure_profile
 
@@ -60,22 +60,11 @@ def _profile(args, derive_for: list[GpuType]):
         measured = measure_profile(args.model, args.batch, device=args.device, device_type=_device_type(args),
                                    repeats=args.repeats, warmup=args.warmup, threads=args.threads,
                                    progress=not args.no_progress, precision=args.precision, **kwargs)
-        base = _with_counted_bytes(measured, skeleton)
+        base = with_counts(measured, skeleton)
     if not derive_for:
         return base
     return derive_times(args.model, args.batch, base, costs, derive_for, precision=args.precision,
                         attention=args.attention, **kwargs)
-
-
-def _with_counted_bytes(measured, counted):
-    """The measured profile with the counted one's saved and tensor-parallel bytes, which timing
-    layers does not give (the memory prediction needs them)."""
-    from dataclasses import replace
-    fields = ("saved_bytes", "saved_replicated_bytes", "saved_shared_bytes", "tp_allreduce_bytes",
-              "tp_allreduce_calls")
-    layers = tuple(replace(m, **{f: getattr(c, f) for f in fields}) for m, c in zip(measured.layers, counted.layers))
-    return replace(measured, layers=layers, source=measured.source + "; saved and TP all-reduce bytes counted by "
-                   "modelzoo.saved on the meta device")
 
 
 def derive_times(model: str, batch: int, base, costs: list, gpus: list[GpuType], *, precision: str,

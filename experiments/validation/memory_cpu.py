@@ -23,6 +23,7 @@ import modelzoo
 from executor.stage import StageModel
 from hetsim.memory import MemorySettings, stage_memory
 from modelzoo.counting import counted_profile
+from modelzoo.cpu_memory import peak_bytes_during
 from modelzoo.tasks import task_of
 from modelzoo.tp import stage_loss
 
@@ -33,7 +34,6 @@ CASES = [("mlp", {"hidden": 1024, "depth": 8}, 256, nm) for nm in (1, 2, 4)] + \
 
 def measured_peak_bytes(model: str, kwargs: dict, batch: int, nm: int) -> int:
     """Weights and momentum buffers, plus the most bytes alive at once in a steady flush wave."""
-    from torch.profiler import ProfilerActivity, profile
     torch.manual_seed(0)
     net, example = modelzoo.build(model, batch=batch, **kwargs)
     graph = modelzoo.layer_graph(net)
@@ -50,13 +50,7 @@ def measured_peak_bytes(model: str, kwargs: dict, batch: int, nm: int) -> int:
             stage.accumulate(k)
         stage.step()
     wave()                                     # the momentum buffers exist from here on
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        wave()
-    live = top = 0
-    for e in sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
-                    key=lambda e: e.start_ns()):
-        live += e.nbytes()
-        top = max(top, live)
+    top = peak_bytes_during(wave)
     held = sum(t.numel() * t.element_size() for t in stage.weights + [b for b in stage._buf if b is not None])
     return held + top
 
