@@ -13,24 +13,24 @@ gpu_concurrency) is then the node's `shared_cores`; the profile is timed on the 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
-import math
-import multiprocessing
 import os
+import re
 import time
 from dataclasses import replace
-from pathlib import Path
 
+from executor.host import available_cores, host_memory_bytes, usable_cores
 from hetsim.cli.validate import WARMUP_WAVES, WAVES
 from hetsim.cluster import Cluster, GpuSlot, LinkSpec, Node
-from hetsim.errors import HetsimError
+from hetsim.errors import HetsimError, PlanError
 from hetsim.gpu import GpuType
 from hetsim.plan import Plan, StageSpec, VirtualWorker
 from hetsim.profile import ModelProfile
 from hetsim.schedule.registry import schedule_kind
 from hetsim.units import GIB
 
-__all__ = ["run", "host_cluster", "onto_host", "with_optimizer_costs", "validate_plan", "write_inputs", "available_cores",
+__all__ = ["run", "host_cluster", "cpu_type", "fits_host", "onto_host", "with_optimizer_costs", "validate_plan", "write_inputs", "available_cores",
            "cpu_time_profile", "load_changed", "default_warmup", "bracketed", "with_counted_bytes",
            "work_rows", "work_drift", "WORK_DRIFT_PCT", "WAVES", "WARMUP_WAVES"]
 
@@ -45,74 +45,20 @@ LOAD_TOLERANCE = 0.2                  # cores; beyond this the host's load chang
 # profile's by more than this makes the prediction's inputs, not the simulator, the error's cause
 # (one WSP run's profile read 18-27% above the work its ranks did, unflagged).
 WORK_DRIFT_PCT = 8.0
-CPU_TYPE = GpuType(name="cpu", display_name="CPU rank", memory_bytes=4 * GIB, memory_bandwidth_Bps=1e10,
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_type() -> GpuType:
+    """A CPU rank as a device: its memory is the host's (executor.host.host_memory_bytes), which the
+    ranks share (fits_host checks them together); its rates are unused, as runs are predicted from
+    measured profiles."""
+    return GpuType(name="cpu", display_name="CPU rank", memory_bytes=host_memory_bytes(), memory_bandwidth_Bps=1e10,
                    peak_fp32_flops=5e10, peak_fp16_flops=5e10,
                    sources=("placeholder: executor runs use measured profiles, not datasheet rates",))
 
 
-def _spin(seconds: float, out) -> None:
-    wall0, cpu0 = time.perf_counter(), time.process_time()
-    while time.perf_counter() - wall0 < seconds:
-        pass
-    out.put(time.process_time() - cpu0)
-
-
-def available_cores(seconds: float = 1.0, tries: int = 3) -> float:
-    """How many of this host's cores our processes get right now: spin one process per core and add
-    up the CPU time each received (on a quiet host this is the core count; other load lowers it).
-    Short of the core count, it measures again, up to `tries` times, and keeps the most: the probes
-    validate runs just before leave the host busy for a moment after their processes are joined
-    (right after executor.colocation's four probes of vw2_tp2_bsp_gpt: 1.78 cores, 3 s later 1.99),
-    load that will not be there during the run, while other load lowers every try."""
-    cores, usable = 0.0, usable_cores()
-    for _ in range(tries):
-        cores = max(cores, _cores_now(seconds, math.ceil(usable)))
-        if cores >= usable - 0.05:
-            break
-    return cores
-
-
-def usable_cores(cgroup_root: str = "/sys/fs/cgroup", self_cgroup: str = "/proc/self/cgroup") -> float:
-    """Cores this process may run on: its CPU affinity, capped by the CPU quota (cgroup v2 cpu.max) of
-    its cgroup and of every cgroup above it, as in a container given 1.5 CPUs on a larger host."""
-    cores = float(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
-    for cpu_max in _cpu_max_files(cgroup_root, self_cgroup):
-        try:
-            quota, period = cpu_max.read_text().split()[:2]
-            if quota != "max":
-                cores = min(cores, int(quota) / int(period))
-        except (OSError, ValueError):
-            continue
-    return cores
-
-
-def _cpu_max_files(root: str, self_cgroup: str) -> list[Path]:
-    """cpu.max of this process's cgroup (v2: the "0::/path" line of /proc/self/cgroup) and its ancestors."""
-    path = ""
-    try:
-        for line in Path(self_cgroup).read_text().splitlines():
-            if line.startswith("0::"):
-                path = line[3:]
-    except OSError:
-        pass
-    parts = [p for p in path.split("/") if p]
-    return [Path(root, *parts[:i], "cpu.max") for i in range(len(parts), -1, -1)]
-
-
-def _cores_now(seconds: float, n: int) -> float:
-    ctx = multiprocessing.get_context("fork")
-    out = ctx.Queue()
-    procs = [ctx.Process(target=_spin, args=(seconds, out)) for _ in range(n)]
-    for p in procs:
-        p.start()
-    cpu = sum(out.get() for _ in procs)
-    for p in procs:
-        p.join()
-    return round(cpu / seconds, 2)
-
-
 def host_cluster(n_ranks: int, cores: float | None, link_Bps: float, latency_s: float,
-                 colocated_work: float = 1.0, device_type: GpuType = CPU_TYPE,
+                 colocated_work: float = 1.0, device_type: GpuType | None = None,
                  copy_cores: int | None = None, collective_latency_s: float = 0.0) -> Cluster:
     """This machine: one node with `n_ranks` CPU rank slots host/gpu0.. sharing `cores` cores, linked
     by gloo over loopback with the given bandwidth and per-message latency; compute costs
@@ -120,6 +66,7 @@ def host_cluster(n_ranks: int, cores: float | None, link_Bps: float, latency_s: 
     are of `device_type` and `cores` is how many ranks the shared GPU runs at once (None: a GPU each),
     while `copy_cores` host cores move their messages (hetsim.cluster.Node.copy_cores). A collective
     call among the ranks costs `collective_latency_s` on top of its ring's messages."""
+    device_type = device_type or cpu_type()
     slots = tuple(GpuSlot(id=f"host/gpu{i}", node="host", index=i, type=device_type) for i in range(n_ranks))
     link = LinkSpec(kind="loopback", bandwidth_Bps=link_Bps, latency_s=latency_s,
                     collective_latency_s=collective_latency_s)
@@ -284,6 +231,22 @@ def validate_plan(plan: Plan, *, model: str | None = None, model_kwargs: dict | 
     return prediction, measurement
 
 
+def fits_host(plan: Plan, cluster: Cluster, profile: ModelProfile, waves: int, shared: bool) -> None:
+    """Before the run, the plan's predicted memory on this host: each rank within its device's
+    (hetsim.feasibility.check_plan, naming the stage), and, where the ranks share one memory (CPU
+    ranks the host's, CUDA ranks one GPU's), all of them within it, so that no run is spent on a plan
+    that would exhaust it or that the prediction would refuse afterwards."""
+    from hetsim.feasibility import check_plan
+    memory = check_plan(plan, cluster, profile, waves)
+    capacity = cluster.gpus[0].type.memory_bytes
+    need = sum(m.total_bytes for m in memory.values())
+    if shared and need > capacity:
+        fullest = max(memory, key=lambda g: memory[g].total_bytes)
+        raise PlanError(f"plan: its {len(memory)} ranks share this host's {capacity / GIB:.1f} GiB "
+                          f"({cluster.gpus[0].type.display_name}) and need {need / GIB:.2f} GiB together "
+                          f"(the fullest, {fullest}: {memory[fullest].describe()}); lower Nm or the minibatch")
+
+
 def _checked_onto_host(plan: Plan, model: str | None, model_kwargs: dict | None, slowdown: dict[str, float] | None,
                        device: str, waves: int, warmup_waves: int) -> tuple[Plan, str, dict[str, float]]:
     """The plan on this host's GPU names, its model and slowdowns, once every input is known to be
@@ -302,7 +265,28 @@ def _checked_onto_host(plan: Plan, model: str | None, model_kwargs: dict | None,
     unknown = sorted(g for g in (slowdown or {}) if g not in names and g not in names.values())
     if unknown:
         raise HetsimError(f"--slowdown {unknown[0]}: the plan has no GPU of that name; it uses {', '.join(names)}")
-    return plan, model or plan.model, {names.get(g, g): f for g, f in (slowdown or {}).items()}
+    model = model or plan.model
+    try:
+        _fits_before_measuring(plan, model, model_kwargs or {}, device, waves)
+    except PlanError as exc:        # in the plan's own GPU names, as every other rule
+        ours = {host: name for name, host in names.items()}
+        raise PlanError(re.sub(r"host/gpu\d+", lambda m: ours.get(m[0], m[0]), str(exc))) from None
+    return plan, model, {names.get(g, g): f for g, f in (slowdown or {}).items()}
+
+
+def _fits_before_measuring(plan: Plan, model: str, model_kwargs: dict, device: str, waves: int) -> None:
+    """fits_host from the model's counted bytes alone, before any profile or probe (which a model too
+    big for the host could exhaust too). Times, which only shape a hetpipe order, are nominal: each
+    layer's FLOPs at the device type's peak."""
+    from executor.placement import gpu_count
+    device_type = cpu_type() if device == "cpu" else cuda_type(device)
+    rate, key = device_type.peak_fp32_flops, device_type.name
+    counted = _counts(model, plan.minibatch_size, model_kwargs)
+    profile = replace(counted, layers=tuple(replace(l, fwd_s={key: l.flops_fwd / rate}, bwd_s={key: 2 * l.flops_fwd / rate})
+                                            for l in counted.layers))
+    ranks = len(dict.fromkeys(plan.gpus))
+    shared = device == "cpu" or ranks > gpu_count()
+    fits_host(plan, host_cluster(ranks, None, 1e9, 0.0, device_type=device_type), profile, waves, shared)
 
 
 def _annotate(training: dict, plan: Plan, cluster, profile: ModelProfile, measurement, device: str) -> None:
@@ -379,7 +363,7 @@ def _host_now(plan: Plan, model: str, model_kwargs, slowdown, cores, link_Bps, l
         # Ranks sharing a GPU: their gloo copies run on the host's cores, taking no GPU time from the
         # other ranks (experiments/validation/shared_gpu.py measured it on an H200).
         return host_cluster(len(dict.fromkeys(plan.gpus)), cores, link_Bps, latency_s, colocated_work or 1.0,
-                            cuda_type(device), copy_cores=len(os.sched_getaffinity(0))), 0.0
+                            cuda_type(device), copy_cores=max(1, int(usable_cores()))), 0.0
     if colocated_work is None:
         from executor.colocation import colocation_factor
         colocated_work = colocation_factor(model, [s.layers for s, _ in ranks], batch=plan.minibatch_size,
@@ -463,7 +447,6 @@ def _refuse_bad_input(args: argparse.Namespace, plan: Plan, model_kwargs: dict) 
     from executor.launch import check_job_plan
     from hetsim.cli.arguments import check_output_dir
     from hetsim.cli.simulate import in_plan_file
-    from hetsim.errors import PlanError
 
     if args.out:
         check_output_dir(args.out, "--out")
@@ -479,6 +462,16 @@ def _refuse_bad_input(args: argparse.Namespace, plan: Plan, model_kwargs: dict) 
         raise in_plan_file(exc, args.plan) from None
 
 
+@contextlib.contextmanager
+def _named_in(plan_file: str):
+    """A plan rule broken on this host (its memory) is named in the plan's file, as the others are."""
+    from hetsim.cli.simulate import in_plan_file
+    try:
+        yield
+    except PlanError as exc:
+        raise in_plan_file(exc, plan_file) from None
+
+
 def run(args: argparse.Namespace) -> int:
     import hetsim
     from executor.__main__ import model_kwargs
@@ -490,7 +483,7 @@ def run(args: argparse.Namespace) -> int:
     _refuse_bad_input(args, plan, model_kwargs(args.model_arg))
     inputs: dict = {}
     with still_running(f"validating {plan.name}: profiling, predicting, running the executor",
-                       quiet=getattr(args, "quiet", False)):
+                       quiet=getattr(args, "quiet", False)), _named_in(args.plan):
         prediction, measurement = validate_plan(
             plan, model=args.model, model_kwargs=model_kwargs(args.model_arg), waves=args.waves,
             warmup_waves=args.warmup_waves, slowdown=parse_slowdowns(args.slowdown), cores=args.cores,

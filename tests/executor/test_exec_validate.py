@@ -262,36 +262,45 @@ def test_a_deepspeed_plan_with_blocking_sends_is_refused_before_any_measuring():
         validate_plan(plan, waves=4, warmup_waves=1)
 
 
-def test_available_cores_measures_again_while_short_and_keeps_the_most(monkeypatch):
-    import executor.validate as v
-    for usable, readings, want, tries in ((2.0, [1.78, 1.99], 1.99, 2),    # our probes' load, gone a moment later
-                                          (2.0, [1.5, 1.4, 1.5], 1.5, 3),   # other load stays: every try reads it
-                                          (2.0, [2.0], 2.0, 1),             # a quiet host: one try
-                                          (1.5, [1.49], 1.49, 1)):          # a container's quota: full at 1.5
-        calls = iter(readings)
-        seen = []
-        monkeypatch.setattr(v, "usable_cores", lambda: usable)
-        monkeypatch.setattr(v, "_cores_now", lambda seconds, n: seen.append(n) or next(calls))
-        assert v.available_cores() == want and seen == [2] * tries
+def test_a_plan_whose_ranks_exceed_the_memory_they_share_is_refused_before_the_run():
+    from dataclasses import replace
+
+    from executor.validate import fits_host
+    from hetsim.errors import HetsimError, PlanError
+    from hetsim.feasibility import plan_memory
+    from hetsim.gpu import GpuType
+    from modelzoo.counting import counted_profile
+    plan, counted = mlp_plan([[0, 4, 9]], nm=2, schedule="1f1b"), counted_profile("mlp", 16)[0]
+    profile = replace(counted, layers=tuple(replace(l, fwd_s={"cpu": 1e-3}, bwd_s={"cpu": 2e-3})
+                                            for l in counted.layers))
+    need = plan_memory(plan, host_cluster(2, 2, 1e9, 0.0), profile)
+    biggest, total = max(m.total_bytes for m in need.values()), sum(m.total_bytes for m in need.values())
+    small = lambda capacity: host_cluster(2, 2, 1e9, 0.0, device_type=GpuType(
+        name="cpu", display_name="CPU rank", memory_bytes=capacity, memory_bandwidth_Bps=1e10,
+        peak_fp32_flops=5e10, peak_fp16_flops=5e10))
+    fits_host(plan, small(total), profile, 4, shared=True)                 # exactly enough
+    with pytest.raises(HetsimError, match=r"^plan: its 2 ranks share this host's .* GiB \(CPU rank\) and need "
+                                          r".* together \(the fullest, host/gpu0: weights"):
+        fits_host(plan, small(total - 1), profile, 4, shared=True)
+    fits_host(plan, small(biggest), profile, 4, shared=False)              # a device each: each fits
+    with pytest.raises(PlanError, match=r"^plan: stage 0 of vw0 on host/gpu0 .* needs"):
+        fits_host(plan, small(biggest - 1), profile, 4, shared=False)
 
 
-def test_usable_cores_are_the_affinity_capped_by_the_quotas_of_the_cgroup_and_those_above_it(tmp_path,
-                                                                                              monkeypatch):
+def test_validate_refuses_a_plan_over_this_hosts_memory_before_measuring_in_the_plans_gpu_names(monkeypatch):
     import executor.validate as v
-    monkeypatch.setattr(v.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
-    mine = tmp_path / "proc_self_cgroup"
-    mine.write_text("0::/job/step\n")
-    (tmp_path / "job" / "step").mkdir(parents=True)
-    usable = lambda: v.usable_cores(str(tmp_path), str(mine))
-    assert usable() == 4.0                                         # no cpu.max anywhere
-    (tmp_path / "cpu.max").write_text("max 100000\n")
-    (tmp_path / "job" / "cpu.max").write_text("250000 100000\n")   # a parent's quota: 2.5 CPUs
-    assert usable() == 2.5
-    (tmp_path / "job" / "step" / "cpu.max").write_text("not a quota\n")
-    assert usable() == 2.5
-    (tmp_path / "job" / "step" / "cpu.max").write_text("50000 100000\n")
-    assert usable() == 0.5
-    monkeypatch.setattr(v.os, "sched_getaffinity", lambda pid: {0})
-    (tmp_path / "job" / "step" / "cpu.max").write_text("max 100000\n")
-    assert usable() == 1.0                                         # the affinity mask, below the quotas
-    assert v.usable_cores(str(tmp_path / "absent"), str(tmp_path / "absent")) == 1.0
+    from executor.validate import validate_plan
+    from hetsim.errors import PlanError
+    monkeypatch.setattr(v, "_host_now", lambda *a, **k: pytest.fail("measured the host for a plan that cannot run"))
+    monkeypatch.setattr(v, "cpu_type", lambda: v.GpuType(name="cpu", display_name="CPU rank", memory_bytes=2 << 30,
+                                                          memory_bandwidth_Bps=1e10, peak_fp32_flops=5e10,
+                                                          peak_fp16_flops=5e10))
+    plan = Plan(name="p", model="mlp", minibatch_size=16, nm=2, schedule="1f1b", sync=SyncSpec(),
+                virtual_workers=(VirtualWorker(name="a", stages=(StageSpec(gpu="n1/gpu3", layers=(0, 4)),
+                                                                 StageSpec(gpu="n0/gpu0", layers=(4, 9)))),))
+    # 0.5 GiB of weights a stage, each stage 1.25 GiB in all: each fits, together they do not.
+    with pytest.raises(PlanError, match=r"^plan: its 2 ranks share this host's 2.0 GiB \(CPU rank\) and need 2.5. GiB "
+                                        r"together \(the fullest, n0/gpu0: weights 0.50 \+"):
+        validate_plan(plan, model_kwargs={"hidden": 8192}, waves=4, warmup_waves=1)
+    with pytest.raises(PlanError, match=r"^plan: stage 0 of a on n1/gpu3 \(CPU rank, 2.0 GiB\) needs 4.0. GiB"):
+        validate_plan(plan, model_kwargs={"hidden": 16384}, waves=4, warmup_waves=1)
