@@ -15,8 +15,8 @@ __all__ = ["available_cores", "usable_cores", "host_memory_bytes"]
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 SELF_CGROUP = "/proc/self/cgroup"
-# cgroup v1 mounts each controller on its own folder; these are the usual names of the CPU one's.
-_V1_CPU_DIRS = ("cpu", "cpu,cpuacct", "cpuacct,cpu")
+# cgroup v1 mounts each controller on a folder of its own, under these usual names.
+_V1_MOUNTS = {"cpu": ("cpu", "cpu,cpuacct", "cpuacct,cpu"), "memory": ("memory",)}
 
 
 def available_cores(seconds: float = 1.0, tries: int = 3) -> float:
@@ -47,7 +47,7 @@ def host_memory_bytes(cgroup_root: str = CGROUP_ROOT, self_cgroup: str = SELF_CG
     """The memory this process and its children share: the host's physical memory, capped by the
     memory limit of its cgroup and of every cgroup above it."""
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    for folder in _cgroup_folders(cgroup_root, self_cgroup, ("memory",)):
+    for folder in _cgroup_folders(cgroup_root, self_cgroup, "memory"):
         for name in ("memory.max", "memory.limit_in_bytes"):    # v2, v1 ("max" / a huge number: none)
             value = _read(folder / name)
             if value and value[0].isdigit():
@@ -58,7 +58,7 @@ def host_memory_bytes(cgroup_root: str = CGROUP_ROOT, self_cgroup: str = SELF_CG
 def _cpu_quotas(root: str, self_cgroup: str) -> list[float]:
     """Each CPU quota above this process, in cores."""
     quotas = []
-    for folder in _cgroup_folders(root, self_cgroup, _V1_CPU_DIRS):
+    for folder in _cgroup_folders(root, self_cgroup, "cpu"):
         v2 = _read(folder / "cpu.max")                       # "QUOTA PERIOD" or "max PERIOD"
         v1 = (_read(folder / "cpu.cfs_quota_us") or []) + (_read(folder / "cpu.cfs_period_us") or [])
         for pair in (v2, v1):
@@ -67,27 +67,28 @@ def _cpu_quotas(root: str, self_cgroup: str) -> list[float]:
     return quotas
 
 
-def _cgroup_folders(root: str, self_cgroup: str, v1_dirs: tuple[str, ...]) -> list[Path]:
+def _cgroup_folders(root: str, self_cgroup: str, controller: str) -> list[Path]:
     """The folders of this process's cgroup and of each one above it: under v2 on `root` itself (the
-    "0::/path" line of /proc/self/cgroup), under v1 on the controller's own mount (a "N:ctrl,..:/path"
-    line). Inside a container the path may name the host's hierarchy while the container sees its own
-    cgroup at the mount's root, which every list ends with."""
+    "0::/path" line of /proc/self/cgroup), under v1 on the controller's own mount (a line
+    "N:...,controller,...:/path"). Inside a container the path may name the host's hierarchy while the
+    container sees its own cgroup at the mount's root, which every list ends with."""
+    mounts = [Path(root, d) for d in _V1_MOUNTS[controller]]
     try:
         lines = Path(self_cgroup).read_text().splitlines()
     except OSError:
-        lines = []
+        return [Path(root), *mounts]
     folders = []
     for line in lines:
         number, controllers, path = (line.split(":", 2) + ["", ""])[:3]
-        parts = [p for p in path.split("/") if p]
         if number == "0" and controllers == "":
             bases = [Path(root)]
-        elif set(controllers.split(",")) & {d.split(",")[0] for d in v1_dirs}:
-            bases = [Path(root, d) for d in v1_dirs]
+        elif controller in controllers.split(","):
+            bases = mounts
         else:
             continue
+        parts = [p for p in path.split("/") if p]
         folders += [Path(base, *parts[:i]) for base in bases for i in range(len(parts), -1, -1)]
-    return folders or [Path(root)]
+    return folders or [Path(root), *mounts]
 
 
 def _read(path: Path) -> list[str] | None:

@@ -6,8 +6,9 @@ This host is described as one node whose devices are ranks sharing its cores (`s
 plan's GPUs are mapped onto those rank slots in plan order (a tensor-parallel stage's members too: the
 node holds every group). hetsim reaches this module by name (hetsim.cli.torch_side).
 With `--device cuda` the ranks compute on this host's GPUs (executor.placement): a GPU per stage rank
-when there are enough, else all on GPU 0, whose measured concurrency (executor.colocation.
-gpu_concurrency) is then the node's `shared_cores`; the profile is timed on the GPU.
+when there are enough, else round-robin over them (all on the one GPU `cuda:N` names), whose measured
+concurrency (executor.colocation.gpu_concurrency) is then the node's `shared_cores`; the profile is
+timed on the GPU.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from hetsim.profile import ModelProfile
 from hetsim.schedule.registry import schedule_kind
 from hetsim.units import GIB
 
-__all__ = ["run", "host_cluster", "cpu_type", "fits_host", "onto_host", "with_optimizer_costs", "validate_plan", "write_inputs", "available_cores",
+__all__ = ["run", "host_cluster", "cpu_type", "fits_host", "shared_memories", "onto_host", "with_optimizer_costs", "validate_plan", "write_inputs", "available_cores",
            "cpu_time_profile", "load_changed", "default_warmup", "bracketed", "with_counted_bytes",
            "work_rows", "work_drift", "WORK_DRIFT_PCT", "WAVES", "WARMUP_WAVES"]
 
@@ -189,7 +190,8 @@ def validate_plan(plan: Plan, *, model: str | None = None, model_kwargs: dict | 
     from executor.calibrate import optimizer_seconds
 
     warmup_waves = default_warmup(waves) if warmup_waves is None else warmup_waves
-    plan, model, slowdown = _checked_onto_host(plan, model, model_kwargs, slowdown, device, waves, warmup_waves)
+    plan, model, slowdown, names = _checked_onto_host(plan, model, model_kwargs, slowdown, device, waves,
+                                                      warmup_waves)
     cluster, handoff_s = _host_now(plan, model, model_kwargs, slowdown, cores, link_Bps, latency_s, colocated_work,
                                    device)
     key = cluster.gpus[0].type.name
@@ -211,10 +213,11 @@ def validate_plan(plan: Plan, *, model: str | None = None, model_kwargs: dict | 
     measurement = launch(plan, cluster, model, profile=before, model_kwargs=model_kwargs,
                          options=ExecOptions(waves=waves, warmup_waves=warmup_waves, seed=seed,
                                              slowdown=slowdown, data=data, device=device))
-    predicted_with = bracketed(before, host_profile(), plan, cluster, waves)
     simulate = lambda on: hetsim.simulate(on, predicted_with, plan, waves=waves, warmup_waves=warmup_waves,
                                           seed=seed, slowdown=slowdown)
-    prediction = simulate(cluster)
+    with _in_plan_names(names):
+        predicted_with = bracketed(before, host_profile(), plan, cluster, waves)
+        prediction = simulate(cluster)
     if inputs is not None:      # the plan as predicted: the model the run trained, which --model may name
         inputs.update(plan=replace(plan, model=model), cluster=cluster, profile=predicted_with, slowdown=slowdown,
                       waves=waves, warmup_waves=warmup_waves, seed=seed)
@@ -231,26 +234,42 @@ def validate_plan(plan: Plan, *, model: str | None = None, model_kwargs: dict | 
     return prediction, measurement
 
 
-def fits_host(plan: Plan, cluster: Cluster, profile: ModelProfile, waves: int, shared: bool) -> None:
+def fits_host(plan: Plan, cluster: Cluster, profile: ModelProfile, waves: int, memories: int | None) -> None:
     """Before the run, the plan's predicted memory on this host: each rank within its device's
-    (hetsim.feasibility.check_plan, naming the stage), and, where the ranks share one memory (CPU
-    ranks the host's, CUDA ranks one GPU's), all of them within it, so that no run is spent on a plan
-    that would exhaust it or that the prediction would refuse afterwards."""
+    (hetsim.feasibility.check_plan, naming the stage), and, where ranks share a memory, each memory's
+    ranks within it together: `memories` of them, rank i (host/gpu<i>) on memory i mod `memories`
+    (`shared_memories`); None where each rank has its own. What the check cannot see (parameter-server
+    and scheduler processes, CUDA ranks' host memory) may still run short."""
     from hetsim.feasibility import check_plan
     memory = check_plan(plan, cluster, profile, waves)
-    capacity = cluster.gpus[0].type.memory_bytes
-    need = sum(m.total_bytes for m in memory.values())
-    if shared and need > capacity:
-        fullest = max(memory, key=lambda g: memory[g].total_bytes)
-        raise PlanError(f"plan: its {len(memory)} ranks share this host's {capacity / GIB:.1f} GiB "
-                          f"({cluster.gpus[0].type.display_name}) and need {need / GIB:.2f} GiB together "
-                          f"(the fullest, {fullest}: {memory[fullest].describe()}); lower Nm or the minibatch")
+    if not memories:
+        return
+    device_type = cluster.gpus[0].type
+    for m in range(memories):
+        ranks = [g for g in memory if int(g.rsplit("gpu", 1)[1]) % memories == m]
+        need = sum(memory[g].total_bytes for g in ranks)
+        if need > device_type.memory_bytes:
+            fullest = max(ranks, key=lambda g: memory[g].total_bytes)
+            where = "this host's memory" if device_type.name == "cpu" else f"GPU {m}"
+            raise PlanError(f"plan: {len(ranks)} ranks share {where} ({device_type.display_name}, "
+                            f"{device_type.memory_gib:.1f} GiB) and need {need / GIB:.2f} GiB together (the "
+                            f"fullest, {fullest}: {memory[fullest].describe()}); lower Nm or the minibatch")
+
+
+def shared_memories(device: str, ranks: int, gpus: int) -> int | None:
+    """How many memories `ranks` stage ranks share on `device` (executor.placement): CPU ranks the
+    host's one, "cuda:N" ranks that GPU, "cuda" ranks with fewer GPUs than ranks the GPUs round-robin;
+    None where each rank has a GPU of its own."""
+    if device == "cpu" or ":" in device:
+        return 1
+    return gpus if ranks > gpus else None
 
 
 def _checked_onto_host(plan: Plan, model: str | None, model_kwargs: dict | None, slowdown: dict[str, float] | None,
-                       device: str, waves: int, warmup_waves: int) -> tuple[Plan, str, dict[str, float]]:
+                       device: str, waves: int, warmup_waves: int) -> tuple[Plan, str, dict[str, float], dict]:
     """The plan on this host's GPU names, its model and slowdowns, once every input is known to be
-    runnable: the rules every command enforces, before a minute of measuring."""
+    runnable: the rules every command enforces and its memory on this host, before a minute of
+    measuring; and the renaming (onto_host)."""
     from executor import ExecOptions
     from executor.launch import check_job_plan
     from executor.placement import gpu_count
@@ -266,12 +285,20 @@ def _checked_onto_host(plan: Plan, model: str | None, model_kwargs: dict | None,
     if unknown:
         raise HetsimError(f"--slowdown {unknown[0]}: the plan has no GPU of that name; it uses {', '.join(names)}")
     model = model or plan.model
-    try:
+    with _in_plan_names(names):
         _fits_before_measuring(plan, model, model_kwargs or {}, device, waves)
-    except PlanError as exc:        # in the plan's own GPU names, as every other rule
-        ours = {host: name for name, host in names.items()}
-        raise PlanError(re.sub(r"host/gpu\d+", lambda m: ours.get(m[0], m[0]), str(exc))) from None
-    return plan, model, {names.get(g, g): f for g, f in (slowdown or {}).items()}
+    return plan, model, {names.get(g, g): f for g, f in (slowdown or {}).items()}, names
+
+
+@contextlib.contextmanager
+def _in_plan_names(names: dict[str, str]):
+    """A plan rule broken on this host's rank slots (host/gpu<i>) is told in the plan's own GPU names
+    (onto_host's `names`), as every other rule is."""
+    ours = {host: name for name, host in names.items()}
+    try:
+        yield
+    except PlanError as exc:
+        raise PlanError(re.sub(r"(?<![\w/])host/gpu\d+\b", lambda m: ours.get(m[0], m[0]), str(exc))) from None
 
 
 def _fits_before_measuring(plan: Plan, model: str, model_kwargs: dict, device: str, waves: int) -> None:
@@ -285,8 +312,8 @@ def _fits_before_measuring(plan: Plan, model: str, model_kwargs: dict, device: s
     profile = replace(counted, layers=tuple(replace(l, fwd_s={key: l.flops_fwd / rate}, bwd_s={key: 2 * l.flops_fwd / rate})
                                             for l in counted.layers))
     ranks = len(dict.fromkeys(plan.gpus))
-    shared = device == "cpu" or ranks > gpu_count()
-    fits_host(plan, host_cluster(ranks, None, 1e9, 0.0, device_type=device_type), profile, waves, shared)
+    fits_host(plan, host_cluster(ranks, None, 1e9, 0.0, device_type=device_type), profile, waves,
+              shared_memories(device, ranks, gpu_count()))
 
 
 def _annotate(training: dict, plan: Plan, cluster, profile: ModelProfile, measurement, device: str) -> None:
@@ -357,7 +384,7 @@ def _host_now(plan: Plan, model: str, model_kwargs, slowdown, cores, link_Bps, l
         link_Bps, latency_s = link_Bps or measured_Bps, latency_s if latency_s is not None else measured_latency
     if device != "cpu":
         from executor.colocation import gpu_concurrency
-        if cores is None and len(ranks) > gpu_count():
+        if cores is None and shared_memories(device, len(ranks), gpu_count()):     # ranks share a GPU
             cores = round(gpu_concurrency(model, [s.layers for s, _ in ranks], batch=plan.minibatch_size,
                                           model_kwargs=model_kwargs, device=device, **probes), 2)
         # Ranks sharing a GPU: their gloo copies run on the host's cores, taking no GPU time from the
@@ -464,7 +491,8 @@ def _refuse_bad_input(args: argparse.Namespace, plan: Plan, model_kwargs: dict) 
 
 @contextlib.contextmanager
 def _named_in(plan_file: str):
-    """A plan rule broken on this host (its memory) is named in the plan's file, as the others are."""
+    """A plan rule broken on this host (its memory, before the run, or the prediction's, after it) is
+    named in the plan's file, as the others are."""
     from hetsim.cli.simulate import in_plan_file
     try:
         yield

@@ -238,6 +238,8 @@ VALIDATE_FLAGS = [
     ("--slowdown", "node0/gpu9=2", "--slowdown"), ("--slowdown", "node0/gpu0=0", "--slowdown"),
     ("--model", "nosuch", "nosuch"), ("--model-arg", "hidden=x", "--model-arg"), ("--model-arg", "nosuch=3", "nosuch"),
     ("--out", "/dev/null/out", "--out"), ("--plan", "{tmp}/nope.json", "nope.json"),
+    # 64 GiB of weights a stage: over this host's memory, told in the plan file's GPU names.
+    ("--model-arg", "hidden=65536", "plan.json: stage 0 of vw0 on node0/gpu0 (CPU rank"),
 ]
 
 

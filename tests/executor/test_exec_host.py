@@ -79,3 +79,25 @@ def test_host_memory_is_the_physical_memory_capped_by_the_cgroups_limits(tmp_pat
     (base / "job" / "step" / limit).write_text(f"{1 << 30}\n")
     assert memory() == 1 << 30
     assert v.host_memory_bytes(str(tmp_path / "absent"), str(tmp_path / "absent")) == 4 << 30
+
+
+def test_a_hybrid_layouts_separate_cpuacct_line_is_not_read_as_the_cpu_controllers(tmp_path, monkeypatch):
+    import executor.host as v
+    monkeypatch.setattr(v.os, "sched_getaffinity", lambda pid: set(range(8)))
+    mine = tmp_path / "proc_self_cgroup"
+    mine.write_text("3:cpuacct:/other\n1:cpu:/mine\n0::/\n")       # as on hosts mounting them apart
+    for folder, quota in (("other", "100000"), ("mine", "400000")):
+        (tmp_path / "cpu" / folder).mkdir(parents=True)
+        (tmp_path / "cpu" / folder / "cpu.cfs_quota_us").write_text(quota)
+        (tmp_path / "cpu" / folder / "cpu.cfs_period_us").write_text("100000")
+    assert v.usable_cores(str(tmp_path), str(mine)) == 4.0
+    (tmp_path / "cpu.max").write_text("300000 100000\n")            # the v2 root's, in a hybrid layout
+    assert v.usable_cores(str(tmp_path), str(mine)) == 3.0
+
+
+def test_without_proc_self_cgroup_the_mounts_roots_are_read(tmp_path, monkeypatch):
+    import executor.host as v
+    monkeypatch.setattr(v.os, "sysconf", lambda name: {"SC_PAGE_SIZE": 4096, "SC_PHYS_PAGES": 1 << 20}[name])
+    (tmp_path / "memory").mkdir()
+    (tmp_path / "memory" / "memory.limit_in_bytes").write_text(f"{1 << 30}\n")
+    assert v.host_memory_bytes(str(tmp_path), str(tmp_path / "absent")) == 1 << 30

@@ -266,25 +266,37 @@ def test_a_plan_whose_ranks_exceed_the_memory_they_share_is_refused_before_the_r
     from dataclasses import replace
 
     from executor.validate import fits_host
-    from hetsim.errors import HetsimError, PlanError
+    from hetsim.errors import PlanError
     from hetsim.feasibility import plan_memory
     from hetsim.gpu import GpuType
     from modelzoo.counting import counted_profile
-    plan, counted = mlp_plan([[0, 4, 9]], nm=2, schedule="1f1b"), counted_profile("mlp", 16)[0]
+    plan, counted = mlp_plan([[0, 3, 6, 9]], nm=2, schedule="1f1b"), counted_profile("mlp", 16)[0]
     profile = replace(counted, layers=tuple(replace(l, fwd_s={"cpu": 1e-3}, bwd_s={"cpu": 2e-3})
                                             for l in counted.layers))
-    need = plan_memory(plan, host_cluster(2, 2, 1e9, 0.0), profile)
-    biggest, total = max(m.total_bytes for m in need.values()), sum(m.total_bytes for m in need.values())
-    small = lambda capacity: host_cluster(2, 2, 1e9, 0.0, device_type=GpuType(
-        name="cpu", display_name="CPU rank", memory_bytes=capacity, memory_bandwidth_Bps=1e10,
+    need = [m.total_bytes for m in plan_memory(plan, host_cluster(3, 2, 1e9, 0.0), profile).values()]
+    small = lambda capacity, kind="cpu": host_cluster(3, 2, 1e9, 0.0, device_type=GpuType(
+        name=kind, display_name=f"{kind} slot", memory_bytes=capacity, memory_bandwidth_Bps=1e10,
         peak_fp32_flops=5e10, peak_fp16_flops=5e10))
-    fits_host(plan, small(total), profile, 4, shared=True)                 # exactly enough
-    with pytest.raises(HetsimError, match=r"^plan: its 2 ranks share this host's .* GiB \(CPU rank\) and need "
-                                          r".* together \(the fullest, host/gpu0: weights"):
-        fits_host(plan, small(total - 1), profile, 4, shared=True)
-    fits_host(plan, small(biggest), profile, 4, shared=False)              # a device each: each fits
+    profile = replace(profile, layers=tuple(replace(l, fwd_s={**l.fwd_s, "cuda": 1e-3}, bwd_s={**l.bwd_s, "cuda": 2e-3})
+                                            for l in profile.layers))
+    fits_host(plan, small(sum(need)), profile, 4, memories=1)               # exactly enough
+    with pytest.raises(PlanError, match=r"^plan: 3 ranks share this host's memory \(cpu slot, .* GiB\) and need "
+                                        r".* together \(the fullest, host/gpu0: weights .*lower Nm or the minibatch$"):
+        fits_host(plan, small(sum(need) - 1), profile, 4, memories=1)
+    # Two memories, ranks round-robin: host/gpu0 and host/gpu2 on one, host/gpu1 on the other.
+    fits_host(plan, small(need[0] + need[2], "cuda"), profile, 4, memories=2)
+    with pytest.raises(PlanError, match=r"^plan: 2 ranks share GPU 0 \(cuda slot, .*\(the fullest, host/gpu0: "):
+        fits_host(plan, small(need[0] + need[2] - 1, "cuda"), profile, 4, memories=2)
+    fits_host(plan, small(max(need)), profile, 4, memories=None)            # a device each: each fits
     with pytest.raises(PlanError, match=r"^plan: stage 0 of vw0 on host/gpu0 .* needs"):
-        fits_host(plan, small(biggest - 1), profile, 4, shared=False)
+        fits_host(plan, small(max(need) - 1), profile, 4, memories=None)
+
+
+@pytest.mark.parametrize("device,ranks,gpus,want", [("cpu", 4, 0, 1), ("cuda:1", 3, 4, 1), ("cuda", 3, 2, 2),
+                                                    ("cuda", 2, 2, None), ("cuda", 1, 8, None)])
+def test_stage_ranks_share_memories_as_the_executor_places_them(device, ranks, gpus, want):
+    from executor.validate import shared_memories
+    assert shared_memories(device, ranks, gpus) == want
 
 
 def test_validate_refuses_a_plan_over_this_hosts_memory_before_measuring_in_the_plans_gpu_names(monkeypatch):
@@ -299,7 +311,7 @@ def test_validate_refuses_a_plan_over_this_hosts_memory_before_measuring_in_the_
                 virtual_workers=(VirtualWorker(name="a", stages=(StageSpec(gpu="n1/gpu3", layers=(0, 4)),
                                                                  StageSpec(gpu="n0/gpu0", layers=(4, 9)))),))
     # 0.5 GiB of weights a stage, each stage 1.25 GiB in all: each fits, together they do not.
-    with pytest.raises(PlanError, match=r"^plan: its 2 ranks share this host's 2.0 GiB \(CPU rank\) and need 2.5. GiB "
+    with pytest.raises(PlanError, match=r"^plan: 2 ranks share this host's memory \(CPU rank, 2.0 GiB\) and need 2.5. GiB "
                                         r"together \(the fullest, n0/gpu0: weights 0.50 \+"):
         validate_plan(plan, model_kwargs={"hidden": 8192}, waves=4, warmup_waves=1)
     with pytest.raises(PlanError, match=r"^plan: stage 0 of a on n1/gpu3 \(CPU rank, 2.0 GiB\) needs 4.0. GiB"):
