@@ -14,6 +14,7 @@ from hetsim.data import resolve
 from hetsim.errors import PlanError, SpecError
 from hetsim.fields import Fields
 from hetsim.gpu import GpuType, gpu_type_document, gpu_type_from_fields, load_gpu_types
+from hetsim.outputs import write_text
 from hetsim.units import in_units
 
 __all__ = ["LinkSpec", "GpuSlot", "Node", "NodePath", "Cluster", "load_cluster", "save_cluster", "cluster_document",
@@ -204,7 +205,7 @@ def _node(f: Fields, types: dict[str, GpuType]) -> Node:
 def save_cluster(cluster: Cluster, path: str | Path) -> None:
     """Write the cluster as a file that load_cluster reads back equal (cluster_document)."""
     import yaml
-    Path(path).write_text(yaml.safe_dump(cluster_document(cluster), sort_keys=False, width=120))
+    write_text(path, yaml.safe_dump(cluster_document(cluster), sort_keys=False, width=120))
 
 
 def cluster_document(cluster: Cluster) -> dict:

@@ -42,8 +42,10 @@ def parse_document(text: str, path: str | Path) -> Any:
     path = Path(path)
     try:
         if path.suffix == ".json":
-            return json.loads(text)
-        return yaml.safe_load(text)
+            return json.loads(text, object_pairs_hook=_unique_json_keys)
+        return yaml.load(text, Loader=_UniqueKeyLoader)
+    except _DuplicateKey as exc:
+        raise SpecError(f"{path}: {exc.where}key {exc.key!r} is given twice (which one did you mean?)") from None
     except json.JSONDecodeError as exc:
         raise SpecError(f"{path}: line {exc.lineno}: invalid JSON ({exc.msg})") from None
     except yaml.YAMLError as exc:
@@ -54,6 +56,38 @@ def parse_document(text: str, path: str | Path) -> Any:
     except (ValueError, RecursionError) as exc:   # e.g. an integer of more than 4300 digits, deep nesting
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise SpecError(f"{path}: cannot parse ({reason})") from None
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: Any, where: str = ""):
+        super().__init__(key)
+        self.key, self.where = key, where
+
+
+def _unique_json_keys(pairs: list[tuple[str, Any]]) -> dict:
+    """json's object hook: a key given twice is an error, not the last one silently kept."""
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.safe_load, except that a mapping giving a key twice is an error (PyYAML keeps the last)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            # The mapping's own scalar keys; a merge ("<<: *anchor") may be overridden, as YAML intends.
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node)
+            if key in seen:
+                raise _DuplicateKey(key, f"line {key_node.start_mark.line + 1}: ")
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
 
 class Fields:

@@ -15,6 +15,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from hetsim.errors import SpecError
+from hetsim.outputs import write_text
 from hetsim.profile import LayerProfile, ModelProfile
 
 __all__ = ["read_graph", "write_graph", "parse_graph"]
@@ -135,4 +136,4 @@ def write_graph(profile: ModelProfile, path: str | Path, *, gpu_type: str) -> No
                      f"activation_size={float(l.output_bytes)!r}, parameter_size={float(l.param_bytes)!r}")
     for src, dst in profile.edges:
         lines.append(f"\t{names[src]} -- {names[dst]}")
-    Path(path).write_text("\n".join(lines) + "\n")
+    write_text(path, "\n".join(lines) + "\n")

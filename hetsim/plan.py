@@ -7,13 +7,13 @@ profile (GPUs exist, layers covered, memory fits) and is the only place those ru
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from hetsim.data import resolve
-from hetsim.errors import PlanError
 from hetsim.fields import Fields
+from hetsim.outputs import write_text
 from hetsim.schedule.registry import ASYNC_SCHEDULES, SCHEDULES, schedule_kind
 
 __all__ = ["StageSpec", "VirtualWorker", "SyncSpec", "Plan", "load_plan", "save_plan",
@@ -203,4 +203,4 @@ def load_plan(path: str | Path) -> Plan:
 
 
 def save_plan(plan: Plan, path: str | Path) -> None:
-    Path(path).write_text(plan.to_json())
+    write_text(path, plan.to_json())

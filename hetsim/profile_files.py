@@ -13,6 +13,7 @@ import yaml
 
 from hetsim.data import resolve
 from hetsim.fields import Fields
+from hetsim.outputs import write_text
 from hetsim.pipedream_graph import read_graph
 from hetsim.profile import ModelProfile, profile_from_dict
 
@@ -34,6 +35,6 @@ def save_profile(profile: ModelProfile, path: str | Path) -> None:
     path = Path(path)
     doc = profile.to_dict()
     if path.suffix == ".json":
-        path.write_text(json.dumps(doc, indent=1) + "\n")
+        write_text(path, json.dumps(doc, indent=1) + "\n")
     else:
-        path.write_text(yaml.safe_dump(doc, sort_keys=False, width=120))
+        write_text(path, yaml.safe_dump(doc, sort_keys=False, width=120))

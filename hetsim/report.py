@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable
 
-from hetsim.errors import HetsimError
+from hetsim.outputs import staged
 from hetsim.trace import TraceWriter
 
 __all__ = ["GpuStats", "LinkStats", "VwStats", "Report", "distribution", "STALENESS_LOCAL_COLUMNS",
@@ -129,13 +129,11 @@ class Report:
 
     def write(self, out_dir: str | Path) -> list[Path]:
         """report.json, one CSV per table and trace.json (if traced); hetsim.plots draws the figures."""
-        try:
-            return self._write(Path(out_dir))
-        except OSError as exc:          # the CLI checks first; this is a disk filling up meanwhile
-            raise HetsimError(f"{exc.filename or out_dir}: cannot write the report ({exc.strerror or exc})") from None
+        with staged(out_dir, "report folder") as stage:      # all of its files, or none
+            names = [p.name for p in self._write(stage)]
+        return [Path(out_dir) / name for name in names]
 
     def _write(self, out: Path) -> list[Path]:
-        out.mkdir(parents=True, exist_ok=True)
         paths = [out / "report.json"]
         paths[0].write_text(self.to_json())
         for name, frame in self.tables().items():

@@ -10,6 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from hetsim.outputs import write_text
+
 __all__ = ["TraceWriter", "load_trace"]
 
 
@@ -57,7 +59,7 @@ class TraceWriter:
                 "otherData": {"producer": "hetsim", "kind": self.kind}}
 
     def write(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), separators=(",", ":")) + "\n")
+        write_text(path, json.dumps(self.to_dict(), separators=(",", ":")) + "\n")
 
 
 def load_trace(path: str | Path) -> dict[str, Any]:

@@ -496,3 +496,19 @@ def test_simulate_json_prints_nothing_but_json_on_stdout(tmp_path):
     done = subprocess.run([sys.executable, "-m", "hetsim", *argv], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["kind"] == "prediction"
+
+
+@pytest.mark.parametrize("name, text, message", [
+    ("c.yaml", "name: a\nnodes: []\nname: b\n", "c.yaml: line 3: key 'name' is given twice"),
+    ("c.yaml", "nodes:\n  - {name: n0, gpus: [], name: n1}\n", "c.yaml: line 2: key 'name' is given twice"),
+    ("p.json", '{"nm": 4, "name": "x", "nm": 8}', "p.json: key 'nm' is given twice"),
+])
+def test_a_key_given_twice_is_refused_not_silently_the_last(tmp_path, name, text, message):
+    (tmp_path / name).write_text(text)
+    with pytest.raises(SpecError, match=f"/{message}"):
+        read_document(tmp_path / name)
+
+
+def test_yaml_merge_keys_may_still_be_overridden(tmp_path):
+    (tmp_path / "c.yaml").write_text("base: &b {bandwidth_GBps: 10, kind: pcie}\nlink:\n  <<: *b\n  bandwidth_GBps: 20\n")
+    assert read_document(tmp_path / "c.yaml")["link"] == {"bandwidth_GBps": 20, "kind": "pcie"}

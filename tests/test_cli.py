@@ -151,6 +151,23 @@ def test_an_output_folder_that_cannot_be_made_is_refused_before_simulating(capsy
     one_line_error(code, out, err, "--out", "is a file, not a folder")
 
 
+def test_a_folder_where_a_report_file_goes_is_one_line_and_nothing_is_written(capsys, tmp_path):
+    (tmp_path / "report.json").write_text("an earlier report")
+    (tmp_path / "timeline.png").mkdir()
+    code, _, err = run_cli(capsys, "simulate", "--waves", "3", "--out", str(tmp_path))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "timeline.png there is a folder" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json", "timeline.png"]
+    assert (tmp_path / "report.json").read_text() == "an earlier report"
+
+
+def test_plan_and_profile_make_their_output_files_folders(capsys, tmp_path):
+    assert run_cli(capsys, "plan", "--cluster", "hetpipe_4node", "--model", "vgg19_b32_analytic", "--jobs", "1",
+                   "--quiet", "--out", str(tmp_path / "a" / "b" / "plan.json"))[0] == 0
+    assert run_cli(capsys, "profile", "--model", "mlp", "--batch", "4", "--no-measure", "--derive-for", "v100",
+                   "--out", str(tmp_path / "c" / "p.yaml"))[0] == 0
+    assert (tmp_path / "a" / "b" / "plan.json").stat().st_size and (tmp_path / "c" / "p.yaml").stat().st_size
+
+
 def test_profile_refuses_an_unknown_device_in_one_line(capsys, tmp_path):
     one_line_error(*run_cli(capsys, "profile", "--model", "mlp", "--device", "tpu", "--out", str(tmp_path / "p.yaml")),
                    "--device tpu: expected cpu, cuda or cuda:N")

@@ -28,6 +28,15 @@ def imported(tmp_path, plan, *extra):
     return out
 
 
+def test_an_import_writes_its_four_files_together_or_none(tmp_path, capsys):
+    (tmp_path / "out" / "profile.yaml").mkdir(parents=True)
+    code = main(["import", "sailor", str(GH / "plan_config_N4_D2.json"), "--data", str(DATA), "--training-config",
+                 str(OPT), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "profile.yaml there is a folder" in err
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["profile.yaml"]
+
+
 def test_a_gh200_plan_becomes_replicas_of_tp4_groups_on_per_gpu_network_rails(tmp_path):
     out = imported(tmp_path, GH / "plan_config_N4_D2.json")
     plan, cluster = load_plan(out / "plan.json"), load_cluster(out / "cluster.yaml")

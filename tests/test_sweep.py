@@ -76,6 +76,16 @@ def test_a_failing_point_is_a_row_with_its_error_and_the_others_run(tmp_path, ca
     assert "lower Nm" in rows[1]["error"] and rows[1]["samples_per_s"] == ""
 
 
+def test_a_sweep_whose_every_point_fails_is_refused_and_keeps_the_earlier_table(tmp_path, capsys):
+    _sweep(tmp_path, capsys, "--vary", "nm=2", "--workers", "1")
+    earlier = (tmp_path / "sweep" / "sweep.csv").read_text()
+    code = main(["sweep", *BASE, "--vary", "nm=64,128", "--workers", "1", "--out", str(tmp_path / "sweep"), "--quiet"])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "--vary: every one of the 2 points failed, e.g. nm=64: " in err and "lower Nm" in err
+    assert (tmp_path / "sweep" / "sweep.csv").read_text() == earlier
+
+
 def test_one_or_two_axes_are_plotted_and_three_are_not(tmp_path, capsys):
     _sweep(tmp_path / "one", capsys, "--vary", "seed=1,2", "--workers", "1")
     assert (tmp_path / "one" / "sweep" / "sweep.png").stat().st_size > 0

@@ -39,6 +39,8 @@ def write_import(plan_path: str | Path, data: str | Path, training_config: str |
                  derived: bool = False, precision: str = "tf32", efficiency: str | Path | None = None
                  ) -> dict[str, Path]:
     """Import one Sailor plan and write its files to `out`; return their paths by role."""
+    from hetsim.outputs import staged, write_text
+    from hetsim.plan import save_plan
     from hetsim.profile_files import save_profile
     from hetsim.sailor import import_run
     imported = import_run(plan_path, data, training_config, measured_times=not derived)
@@ -50,16 +52,16 @@ def write_import(plan_path: str | Path, data: str | Path, training_config: str |
     plan = replace(imported.plan, precision=precision)
     out = Path(out)
     check_output_dir(out, "--out")
-    out.mkdir(parents=True, exist_ok=True)
-    paths = {"cluster": out / "cluster.yaml", "profile": out / "profile.yaml", "plan": out / "plan.json",
-             "measured": out / "measured.json"}
-    paths["cluster"].write_text(yaml.safe_dump(cluster, sort_keys=False, width=120))
-    save_profile(profile, paths["profile"])
-    paths["plan"].write_text(plan.to_json())
-    paths["measured"].write_text(json.dumps({"plan": run.name, "iteration_s": run.measured_iter_s,
-                                             "max_memory_bytes": run.measured_mem_bytes,
-                                             "grad_reduce_s": run.measured_grad_reduce_s}, indent=1) + "\n")
-    return paths
+    names = {"cluster": "cluster.yaml", "profile": "profile.yaml", "plan": "plan.json", "measured": "measured.json"}
+    with staged(out) as stage:                     # the four files together, or none
+        write_text(stage / names["cluster"], yaml.safe_dump(cluster, sort_keys=False, width=120))
+        save_profile(profile, stage / names["profile"])
+        save_plan(plan, stage / names["plan"])
+        write_text(stage / names["measured"], json.dumps({"plan": run.name, "iteration_s": run.measured_iter_s,
+                                                          "max_memory_bytes": run.measured_mem_bytes,
+                                                          "grad_reduce_s": run.measured_grad_reduce_s},
+                                                         indent=1) + "\n")
+    return {role: out / name for role, name in names.items()}
 
 
 def run(args: argparse.Namespace) -> int:

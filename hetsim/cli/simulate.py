@@ -12,6 +12,7 @@ from hetsim.cli.arguments import check_output_dir, real, whole
 from hetsim.cli.assignments import assignments
 from hetsim.cli.progress import add_quiet, still_running
 from hetsim.errors import HetsimError, PlanError
+from hetsim.outputs import staged
 from hetsim.report import Report
 from hetsim.slowdown import gpu_factors
 from hetsim.units import GIB
@@ -119,10 +120,11 @@ def run(args: argparse.Namespace) -> int:
         print(format_report(report))
         print(f"\nsimulated {report.settings['events']:,} events in {wall:.2f} s")
     if args.out:
-        paths = report.write(args.out)
-        if not args.no_plots:
-            from hetsim.plots import plot_report     # matplotlib loads only when figures are drawn
-            paths += plot_report(report, args.out)
+        with staged(args.out) as stage:               # the report and its figures together, or none
+            paths = report.write(stage)
+            if not args.no_plots:
+                from hetsim.plots import plot_report     # matplotlib loads only when figures are drawn
+                paths += plot_report(report, stage)
         print(f"wrote {len(paths)} files to {args.out}/ ({', '.join(p.name for p in paths)})",
               file=sys.stderr if args.json else sys.stdout)
     return 0

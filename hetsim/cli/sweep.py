@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 from pathlib import Path
 
 from hetsim.cli.arguments import check_output_dir, whole
@@ -15,6 +16,7 @@ from hetsim.cli.progress import add_quiet, progress_bar
 from hetsim.cli.simulate import (add_input_arguments, load_inputs, parse_slowdowns, parse_straggler,
                                  warmup_waves_of)
 from hetsim.errors import HetsimError
+from hetsim.outputs import staged, write_text
 
 __all__ = ["add_arguments", "run", "write_csv"]
 
@@ -54,10 +56,16 @@ def run(args: argparse.Namespace) -> int:
         rows = fan_out(run_point, [(base, p) for p in points], workers=args.workers,
                        scheduler=args.scheduler, bar=bar)
     names = [a.name for a in axes]
-    paths = [write_csv(rows, Path(args.out) / "sweep.csv")]
-    if 1 <= len(names) <= 2 and not args.no_plots and any(not r["error"] for r in rows):
-        from hetsim.plots import plot_sweep
-        paths.append(plot_sweep(rows, names, Path(args.out) / "sweep.png"))
+    if all(r["error"] for r in rows):
+        first = rows[0]
+        raise HetsimError(f"--vary: every one of the {len(rows)} points failed, e.g. "
+                          f"{', '.join(f'{n}={first[n]}' for n in names)}: {first['error']} (nothing written)")
+    with staged(args.out) as stage:                # the table and its figure together
+        written = [write_csv(rows, stage / "sweep.csv")]
+        if 1 <= len(names) <= 2 and not args.no_plots:
+            from hetsim.plots import plot_sweep
+            written.append(plot_sweep(rows, names, stage / "sweep.png"))
+    paths = [Path(args.out) / p.name for p in written]
     print(format_rows(rows, names))
     failed = sum(1 for r in rows if r["error"])
     print(f"\n{len(rows)} point{'s' if len(rows) != 1 else ''}{f', {failed} failed' if failed else ''}; "
@@ -74,14 +82,11 @@ def _checked_slowdown(cluster, named: dict[str, float]) -> dict[str, float]:
 
 def write_csv(rows: list[dict], path: Path) -> Path:
     """One row per point; floats as Python writes them (shortest text that reads back exactly)."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]), lineterminator="\n")
-            writer.writeheader()
-            writer.writerows(rows)
-    except OSError as exc:
-        raise HetsimError(f"{path}: cannot write the sweep ({exc.strerror or exc})") from None
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=list(rows[0]), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    write_text(path, text.getvalue())
     return path
 
 

@@ -17,6 +17,8 @@ are ranked by the estimate. Candidates that cannot run keep the reason.
 
 from __future__ import annotations
 
+from collections import Counter
+
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Callable
@@ -244,6 +246,10 @@ def _enumerate(cluster, profile, space, progress) -> list[_Pending]:
         view, members = (cluster, {}) if tp == 1 else tp_view(cluster, tp)
         if view.nodes:
             views.append((tp, view, members, _allocations(view, space, tp)))
+    if not views:
+        most = max(Counter(g.type.name for g in node.gpus).most_common(1)[0][1] for node in cluster.nodes)
+        raise PlanError(f"search: tp_values {list(space.tp_values)}: a tensor-parallel group is GPUs of one type in "
+                        f"one node, and no node of cluster {cluster.name} has that many (the most is {most})")
     pending: list[_Pending] = []
     bounds: dict = {}
     memos = {}
@@ -363,6 +369,7 @@ def _simulate(job) -> float:
 
 
 def _nothing_fits(profile: ModelProfile, candidates: list[Candidate]) -> str:
-    first = candidates[0].reason if candidates else "no candidates"
+    if not candidates:
+        return f"{profile.model} (minibatch {profile.batch_size}): the policies built no candidate plan on this cluster"
     return (f"{profile.model} (minibatch {profile.batch_size}) does not fit: none of {len(candidates)} "
-            f"candidate plans can hold it; e.g. {candidates[0].policy}: {first}")
+            f"candidate plans can hold it; e.g. {candidates[0].policy}: {candidates[0].reason}")

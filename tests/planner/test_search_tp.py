@@ -56,3 +56,10 @@ def test_tp_stages_in_a_pipeline_of_two_nodes_run_under_bsp():
 def test_a_tp_degree_below_one_is_refused_naming_the_field():
     with pytest.raises(PlanError, match="tp_values"):
         SearchSpace(tp_values=(0,))
+
+
+def test_a_tp_degree_no_node_can_hold_is_refused_naming_the_largest_group():
+    c = cluster([4, 3], types=[SMALL, SMALL], intra_Bps=10e9, net_Bps=1.25e9)
+    with pytest.raises(PlanError, match=r"^search: tp_values \[8\]: .* no node of cluster .* has that many "
+                                        r"\(the most is 4\)$"):
+        search_plans(c, wide_model(), SearchSpace(policies=("auto",), nm_values=(1,), tp_values=(8,), workers=1))

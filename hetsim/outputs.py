@@ -1,0 +1,69 @@
+"""How hetsim writes what it produces: whole files or none, and a command's several files together.
+
+A file is written beside its destination and moved into place, so a failure (a full disk, a folder
+where the file should go) leaves neither half a file nor a clobbered earlier one; missing folders on
+the way are made (the commands check first that they can be: hetsim.cli.arguments). A command that
+writes several files into one folder (a report and its figures, an import's cluster, profile and plan)
+writes them into a staging folder there and moves them in only once all are written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+from hetsim.errors import HetsimError
+
+__all__ = ["write_text", "staged"]
+
+
+def write_text(path: str | Path, text: str) -> None:
+    """Write `text` to `path` whole (utf-8), making its folder; a HetsimError naming it if it cannot."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.is_dir():
+            raise IsADirectoryError(21, "a folder is in the way", str(path))
+        # Opened as any new file is (the umask's mode), under a name no other writer uses.
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+        try:
+            with open(temporary, "x", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(temporary, path)
+        except BaseException:
+            temporary.unlink(missing_ok=True)
+            raise
+    except OSError as exc:
+        raise HetsimError(f"{path}: cannot write it ({exc.strerror or exc})") from None
+
+
+@contextlib.contextmanager
+def staged(out: str | Path, flag: str = "--out") -> Iterator[Path]:
+    """A folder to write a command's files into; when the block ends they are moved into `out` together
+    (replacing files of the same names), unless one of their names is a folder in `out`, which is then
+    refused before any is moved. If the block raises, `out` gets none of them."""
+    out = Path(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        stage = Path(tempfile.mkdtemp(prefix=".hetsim-staging-", dir=out))
+    except OSError as exc:
+        raise HetsimError(f"{flag} {out}: cannot write there ({exc.strerror or exc})") from None
+    try:
+        yield stage
+        names = sorted(p.name for p in stage.iterdir())
+        for name in names:
+            if (out / name).is_dir():
+                raise HetsimError(f"{flag} {out}: {name} there is a folder, where this writes a file; move it "
+                                  "or write elsewhere (nothing was written)")
+        for name in names:
+            os.replace(stage / name, out / name)
+    except OSError as exc:
+        raise HetsimError(f"{flag} {out}: cannot write {Path(exc.filename).name if exc.filename else 'there'} "
+                          f"({exc.strerror or exc})") from None
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)

@@ -1,0 +1,62 @@
+"""hetsim.outputs: whole files or none, and a command's several files together."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from hetsim.errors import HetsimError
+from hetsim.outputs import staged, write_text
+
+
+def test_write_text_makes_the_folders_and_gives_the_file_the_umasks_mode(tmp_path):
+    path = tmp_path / "a" / "b" / "plan.json"
+    old = os.umask(0o022)
+    try:
+        write_text(path, "{}\n")
+    finally:
+        os.umask(old)
+    assert path.read_text() == "{}\n" and path.stat().st_mode & 0o777 == 0o644
+    write_text(path, "[]\n")                                     # replaced whole
+    assert path.read_text() == "[]\n" and os.listdir(path.parent) == ["plan.json"]
+
+
+def test_write_text_refuses_a_folder_in_the_way_in_one_line_leaving_nothing_beside_it(tmp_path):
+    (tmp_path / "p.yaml").mkdir()
+    with pytest.raises(HetsimError, match=r"p.yaml: cannot write it \(.*\)$"):
+        write_text(tmp_path / "p.yaml", "x")
+    (tmp_path / "f.txt").write_text("kept")
+    with pytest.raises(HetsimError, match=r"y.yaml: cannot write it"):
+        write_text(tmp_path / "f.txt" / "y.yaml", "x")               # a file where a folder must go
+    assert sorted(os.listdir(tmp_path)) == ["f.txt", "p.yaml"] and os.listdir(tmp_path / "p.yaml") == []
+    assert (tmp_path / "f.txt").read_text() == "kept"
+
+
+def test_staged_files_arrive_together_replacing_older_ones(tmp_path):
+    (tmp_path / "report.json").write_text("old")
+    with staged(tmp_path) as stage:
+        (stage / "report.json").write_text("new")
+        (stage / "gpus.csv").write_text("a,b\n")
+        assert not (tmp_path / "gpus.csv").exists()           # not yet
+    assert (tmp_path / "report.json").read_text() == "new" and sorted(os.listdir(tmp_path)) == ["gpus.csv",
+                                                                                               "report.json"]
+
+
+def test_staged_refuses_a_folder_in_the_way_before_moving_any_file(tmp_path):
+    (tmp_path / "report.json").write_text("earlier run")
+    (tmp_path / "timeline.png").mkdir()
+    with pytest.raises(HetsimError, match=r"^--out .*: timeline.png there is a folder, .* \(nothing was written\)$"):
+        with staged(tmp_path) as stage:
+            (stage / "report.json").write_text("new")
+            (stage / "timeline.png").write_text("png")
+    assert (tmp_path / "report.json").read_text() == "earlier run"
+    assert sorted(os.listdir(tmp_path)) == ["report.json", "timeline.png"]
+
+
+def test_a_block_that_fails_leaves_out_untouched(tmp_path):
+    with pytest.raises(RuntimeError):
+        with staged(tmp_path / "new") as stage:
+            (stage / "report.json").write_text("half")
+            raise RuntimeError("the plots failed")
+    assert os.listdir(tmp_path / "new") == []
