@@ -51,7 +51,15 @@ def options_from_args(args):
 
 
 def model_kwargs(items: list[str]) -> dict[str, int]:
-    return assignments(items, "--model-arg", int, "NAME=INT, e.g. hidden=1024")
+    return assignments(items, "--model-arg", _size, "NAME=INT >= 1, e.g. hidden=1024")
+
+
+def _size(text: str) -> int:
+    """A model's sizes (widths, depths, lengths, vocabularies) are whole numbers of at least one."""
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:

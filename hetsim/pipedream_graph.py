@@ -15,12 +15,14 @@ from decimal import Decimal
 from pathlib import Path
 
 from hetsim.errors import SpecError
+from hetsim.fields import LARGEST
 from hetsim.outputs import write_text
-from hetsim.profile import LayerProfile, ModelProfile
+from hetsim.profile import LayerProfile, ModelProfile, first_apart
 
 __all__ = ["read_graph", "write_graph", "parse_graph"]
 
-_METRIC = re.compile(r"(\w+)=(\[[^\]]*\]|[-+0-9.eE]+)")
+_METRIC = re.compile(r"(\w+)=(\[[^\]]*\]|[^,\s]+)")
+_REQUIRED = ("forward_compute_time", "backward_compute_time", "activation_size", "parameter_size")
 
 
 def read_graph(path: str | Path, *, gpu_type: str = "reference", batch_size: int | None = None,
@@ -45,6 +47,8 @@ def parse_graph(text: str, *, source_name: str, gpu_type: str = "reference",
             parts = [p.strip() for p in line.split(" -- ")]
             if len(parts) != 2:
                 raise SpecError(f"{source_name}: line {lineno}: edge must read 'src -- dst'")
+            if (parts[0], parts[1]) in edges:
+                raise SpecError(f"{source_name}: line {lineno}: edge {parts[0]} -- {parts[1]} is listed twice")
             edges.append((parts[0], parts[1]))
             continue
         try:
@@ -52,11 +56,21 @@ def parse_graph(text: str, *, source_name: str, gpu_type: str = "reference",
             desc, metrics = rest.rsplit(" -- ", 1)
         except ValueError:
             raise SpecError(f"{source_name}: line {lineno}: node must read 'name -- description -- metrics'") from None
+        if name.strip() in nodes:
+            raise SpecError(f"{source_name}: line {lineno}: node {name.strip()} is listed twice")
         nodes[name.strip()] = (desc, _metrics(metrics, source_name, lineno))
+    if not nodes:
+        raise SpecError(f"{source_name}: no layers (expected lines 'name -- description -- metrics')")
     for src, dst in edges:
         for end in (src, dst):
             if end not in nodes:
                 raise SpecError(f"{source_name}: edge {src} -- {dst}: no node {end!r}")
+    names = list(nodes)
+    at = {name: i for i, name in enumerate(names)}
+    apart = first_apart(len(names), [(at[a], at[b]) for a, b in edges])
+    if apart is not None:
+        raise SpecError(f"{source_name}: node {names[apart]} is joined to node {names[0]} by no edge; a model's "
+                        "layers form one graph")
     order = _topological(list(nodes), edges, source_name)
     index = {name: i for i, name in enumerate(order)}
     layers = tuple(_layer(name, *nodes[name], gpu_type) for name in order)
@@ -72,11 +86,19 @@ def parse_graph(text: str, *, source_name: str, gpu_type: str = "reference",
 def _metrics(text: str, source_name: str, lineno: int) -> dict[str, float]:
     values = {}
     for key, raw in _METRIC.findall(text):
-        if raw.startswith("["):
-            values[key] = sum(float(x) for x in raw.strip("[]").split(";") if x.strip())
-        else:
-            values[key] = _seconds(raw) if key.endswith("_compute_time") else float(raw)
-    for key in ("forward_compute_time", "backward_compute_time", "activation_size", "parameter_size"):
+        if key not in _REQUIRED:
+            continue
+        try:
+            if raw.startswith("["):
+                value = sum(float(x) for x in raw.strip("[]").split(";") if x.strip())
+            else:
+                value = _seconds(raw) if key.endswith("_compute_time") else float(raw)
+        except (ValueError, ArithmeticError):
+            raise SpecError(f"{source_name}: line {lineno}: {key}={raw}: not a number") from None
+        if not 0 <= value <= LARGEST:       # NaN fails both
+            raise SpecError(f"{source_name}: line {lineno}: {key}={raw}: must be finite and >= 0")
+        values[key] = value
+    for key in _REQUIRED:
         if key not in values:
             raise SpecError(f"{source_name}: line {lineno}: {key}: missing")
     return values

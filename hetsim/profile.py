@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 
@@ -247,6 +247,20 @@ class ModelProfile:
         return doc
 
 
+def first_apart(n: int, edges: Iterable[tuple[int, int]]) -> int | None:
+    """The first of layers 0..n-1 that no chain of edges (either way) joins to layer 0, or None."""
+    group = list(range(n))
+
+    def root(i: int) -> int:
+        while group[i] != i:
+            group[i] = group[group[i]]
+            i = group[i]
+        return i
+    for src, dst in edges:
+        group[root(src)] = root(dst)
+    return next((i for i in range(1, n) if root(i) != root(0)), None)
+
+
 def profile_from_dict(data: Any, source_name: str) -> ModelProfile:
     f = Fields(data, source_name)
     f.reject_unknown({"model", "batch_size", "source", "flop_convention", "input_bytes", "layers", "edges",
@@ -263,15 +277,18 @@ def profile_from_dict(data: Any, source_name: str) -> ModelProfile:
             raise f.error(f"edges[{i}]", f"[{src}, {dst}] must satisfy 0 <= src < dst < {n} "
                           "(layers are listed in topological order)")
         edges.append((src, dst))
-    types = set(layers[0].fwd_s)
+    apart = first_apart(n, edges)
+    if apart is not None:
+        raise f.error("edges", f"layer {apart} is joined to layer 0 by no edge; a model's layers form one graph "
+                               "(leave edges out for a chain)")
+    types = {k for layer in layers for k in (*layer.fwd_s, *layer.bwd_s)}
     for i, layer in enumerate(layers):
         for key in ("fwd_s", "bwd_s"):
-            have = set(getattr(layer, key))
-            if have != types:
-                differ = [f"{what} {', '.join(sorted(names))}" for what, names in
-                          (("missing", types - have), ("extra", have - types)) if names]
-                raise f.error(f"layers[{i}].{key}", f"{'; '.join(differ)}: every layer needs times for the GPU "
-                              f"types of layers[0].fwd_s ({', '.join(sorted(types))})")
+            missing = types - set(getattr(layer, key))
+            if missing:
+                raise f.error(f"layers[{i}].{key}", f"missing {', '.join(sorted(missing))}: every layer needs "
+                              f"forward and backward times for every GPU type the profile names "
+                              f"({', '.join(sorted(types))})")
     return ModelProfile(model=f.text("model"), batch_size=f.number("batch_size", positive=True, integer=True),
                         layers=layers, edges=tuple(edges), source=f.text("source", ""),
                         flop_convention=f.text("flop_convention", ModelProfile.flop_convention),

@@ -237,6 +237,7 @@ VALIDATE_FLAGS = [
     ("--latency-us", "-1", "--latency-us"), ("--seed", "-1", "--seed"), ("--device", "tpu", "--device"),
     ("--slowdown", "node0/gpu9=2", "--slowdown"), ("--slowdown", "node0/gpu0=0", "--slowdown"),
     ("--model", "nosuch", "nosuch"), ("--model-arg", "hidden=x", "--model-arg"), ("--model-arg", "nosuch=3", "nosuch"),
+    ("--model-arg", "hidden=0", "--model-arg"), ("--model-arg", "hidden=-5", "--model-arg"),
     ("--out", "/dev/null/out", "--out"), ("--plan", "{tmp}/nope.json", "nope.json"),
     # 64 GiB of weights a stage: over this host's memory, told in the plan file's GPU names.
     ("--model-arg", "hidden=65536", "plan.json: stage 0 of vw0 on node0/gpu0 (CPU rank"),

@@ -223,3 +223,8 @@ def test_a_closed_pipe_on_stdout_ends_quietly():
     proc = subprocess.run(f"{sys.executable} -m hetsim --waves 2 | head -c 10", shell=True, capture_output=True,
                           text=True)
     assert "Traceback" not in proc.stderr and proc.stdout == "prediction"
+
+
+def test_a_name_given_twice_in_repeated_assignments_is_one_line(capsys):
+    one_line_error(*run_cli(capsys, "simulate", "--slowdown", "node2=2", "--slowdown", "node2=3"),
+                   "--slowdown 'node2=3'", "node2 is given twice")

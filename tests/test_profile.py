@@ -1,3 +1,5 @@
+import re
+
 import pytest
 
 from conftest import PIPEDREAM_PROFILES, profile
@@ -59,6 +61,35 @@ def test_pipedream_published_profiles_load_with_their_dags():
     assert all(src < dst for src, dst in resnet.edges)             # topological order
     text = (PIPEDREAM_PROFILES / "resnet50.txt").read_text()
     assert parse_graph(text, source_name="r50").layers == resnet.layers
+
+
+NODE = "{n} -- Conv -- forward_compute_time={f}, backward_compute_time=2.0, activation_size=8.0, parameter_size=4.0"
+
+
+@pytest.mark.parametrize("text, message", [
+    ("", "g.txt: no layers"),
+    (NODE.format(n="node1", f="-1.0"), "line 1: forward_compute_time=-1.0: must be finite and >= 0"),
+    (NODE.format(n="node1", f="inf"), "line 1: forward_compute_time=inf: must be finite and >= 0"),
+    (NODE.format(n="node1", f="abc"), "line 1: forward_compute_time=abc: not a number"),
+    (NODE.format(n="node1", f="1e40"), "line 1: forward_compute_time=1e40: must be finite and >= 0"),
+    (f"{NODE.format(n='node1', f='1')}\n{NODE.format(n='node1', f='2')}", "line 2: node node1 is listed twice"),
+    (f"{NODE.format(n='node1', f='1')}\n{NODE.format(n='node2', f='2')}\n\tnode1 -- node2\n\tnode1 -- node2",
+     "line 4: edge node1 -- node2 is listed twice"),
+    (f"{NODE.format(n='node1', f='1')}\n{NODE.format(n='node2', f='2')}", "node node2 is joined to node node1 by no edge"),
+])
+def test_a_malformed_graph_txt_is_one_line_naming_the_line(text, message):
+    with pytest.raises(SpecError, match="^g.txt: .*" + re.escape(message.removeprefix("g.txt: "))):
+        parse_graph(text, source_name="g.txt")
+
+
+def test_a_yaml_profile_whose_layers_are_not_one_graph_or_lack_a_time_is_refused_naming_the_field():
+    doc = load_profile("vgg19_b32_analytic").to_dict()
+    with pytest.raises(SpecError, match=r"^p.yaml: edges: layer 1 is joined to layer 0 by no edge"):
+        profile_from_dict({**doc, "edges": []}, "p.yaml")
+    layers = [dict(l) for l in doc["layers"]]
+    layers[0]["fwd_s"] = {k: v for k, v in layers[0]["fwd_s"].items() if k != "titan-v"}
+    with pytest.raises(SpecError, match=r"^p.yaml: layers\[0\].fwd_s: missing titan-v: every layer needs"):
+        profile_from_dict({**doc, "layers": layers}, "p.yaml")
 
 
 def test_cut_bytes_count_every_output_crossing_a_branching_cut():

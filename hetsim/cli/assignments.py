@@ -14,6 +14,8 @@ def assignments(items: list[str], flag: str, convert: Callable[[str], object], e
     out = {}
     for item in items:
         name, _, value = item.partition("=")
+        if name in out:
+            raise HetsimError(f"{flag} {item!r}: {name} is given twice (which value did you mean?)")
         try:
             out[name] = convert(value)
         except ValueError:

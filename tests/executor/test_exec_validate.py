@@ -316,3 +316,12 @@ def test_validate_refuses_a_plan_over_this_hosts_memory_before_measuring_in_the_
         validate_plan(plan, model_kwargs={"hidden": 8192}, waves=4, warmup_waves=1)
     with pytest.raises(PlanError, match=r"^plan: stage 0 of a on n1/gpu3 \(CPU rank, 2.0 GiB\) needs 4.0. GiB"):
         validate_plan(plan, model_kwargs={"hidden": 16384}, waves=4, warmup_waves=1)
+
+
+def test_model_arguments_a_model_cannot_be_built_with_are_one_line_naming_the_flag():
+    from executor.launch import check_job_plan
+    from hetsim.errors import HetsimError
+    plan = Plan(name="p", model="gpt2-small", minibatch_size=4, nm=1, schedule="gpipe", sync=SyncSpec(),
+                virtual_workers=(VirtualWorker(name="a", stages=(StageSpec(gpu="g0", layers=(0, 5)),)),))
+    with pytest.raises(HetsimError, match=r"^--model-arg: model gpt2-small: d_model 768 is not a multiple of n_head 5$"):
+        check_job_plan(plan, None, "gpt2-small", {"n_layer": 2, "n_head": 5})
