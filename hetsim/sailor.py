@@ -19,6 +19,7 @@ configs/basic_cluster_config.json.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -89,8 +90,8 @@ def read_plan(path: str | Path) -> SailorRun:
     try:
         run = _read_plan(path)
     except (KeyError, TypeError, ValueError, IndexError) as exc:
-        raise SpecError(f"{path.name}: not a Sailor plan as hetsim reads it ({type(exc).__name__}: {exc}); "
-                        "see hetsim.sailor for the format") from None
+        raise SpecError(f"{path.name}: not a Sailor plan as hetsim reads it ({exc}); see hetsim.sailor for "
+                        "the format") from None
     for name, value in (("mbs", run.mbs), ("gbs", run.gbs)):
         if value < 1:
             raise SpecError(f"{path.name}: {name}: must be a positive integer, got {value}")
@@ -98,10 +99,25 @@ def read_plan(path: str | Path) -> SailorRun:
         if g.tp < 1 or g.gpus_per_node < 1:
             raise SpecError(f"{path.name}: pipeline_list[0].tmp_per_stage[{g.stage}][{g.replica}]: tensor-parallel "
                             f"degree and GPUs per node must be positive, got {g.tp} and {g.gpus_per_node}")
+        if g.gpu_type not in GPU_TYPES:
+            raise SpecError(f"{path.name}: pipeline_list[0].tmp_per_stage[{g.stage}][{g.replica}]: Sailor GPU type "
+                            f"{g.gpu_type!r} has no hetsim GPU file (known: {', '.join(GPU_TYPES)})")
     empty = [s for s in range(run.stages) if not run.layers[s] or not run.replicas(s)]
     if not run.layers or empty:
         raise SpecError(f"{path.name}: pipeline_list[0]: stage(s) {empty or '(none)'} have no layers or no replicas")
+    _check_stages_tile(run, path.name)
     return run
+
+
+def _check_stages_tile(run: SailorRun, where: str) -> None:
+    """Each stage a run of consecutive layers starting where the one before ended, the first at 0."""
+    start = 0
+    for s, layers in enumerate(run.layers):
+        if list(layers) != list(range(start, start + len(layers))):
+            raise SpecError(f"{where}: pipeline_list[0].layers_per_stage[{s}]: expected layers {start}, "
+                            f"{start + 1}, ... (consecutive, from where stage {s - 1} ended)" if s else
+                            f"{where}: pipeline_list[0].layers_per_stage[0]: expected layers 0, 1, ... (consecutive)")
+        start += len(layers)
 
 
 def _read_plan(path: Path) -> SailorRun:
@@ -109,25 +125,62 @@ def _read_plan(path: Path) -> SailorRun:
     pipelines = _field(doc, "pipeline_list", where)
     if not isinstance(pipelines, list) or len(pipelines) != 1:
         raise SpecError(f"{where}: pipeline_list: expected one pipeline, got {len(pipelines) if isinstance(pipelines, list) else pipelines!r}")
-    p = pipelines[0]
-    layers = tuple(tuple(int(i) for i in stage) for stage in _field(p, "layers_per_stage", f"{where}: pipeline_list[0]"))
-    replicas = _field(p, "tmp_per_stage", f"{where}: pipeline_list[0]")
-    if len(replicas) != len(layers):
-        raise SpecError(f"{where}: pipeline_list[0].tmp_per_stage: {len(replicas)} stages, but layers_per_stage has {len(layers)}")
+    p, at = pipelines[0], f"{where}: pipeline_list[0]"
+    stages = _field(p, "layers_per_stage", at)
+    if not isinstance(stages, list) or not all(isinstance(st, list) and all(_whole(i) for i in st) for st in stages):
+        raise SpecError(f"{at}.layers_per_stage: expected a list of stages, each a list of layer indices, "
+                        f"got {stages!r}")
+    layers = tuple(tuple(stage) for stage in stages)
+    replicas = _field(p, "tmp_per_stage", at)
+    if not isinstance(replicas, list) or len(replicas) != len(layers):
+        raise SpecError(f"{at}.tmp_per_stage: {len(replicas) if isinstance(replicas, list) else replicas!r} stages, "
+                        f"but layers_per_stage has {len(layers)}")
     groups = []
     for s, stage in enumerate(replicas):
         for r, item in enumerate(stage):
             try:
-                (gpu_type, per_node, _zone), tp = item[0][0], item[1]
-            except (TypeError, IndexError, ValueError):
-                raise SpecError(f"{where}: pipeline_list[0].tmp_per_stage[{s}][{r}]: expected "
+                (gpu_type, per_node, _), tp = item[0][0], item[1]
+            except (TypeError, IndexError, ValueError, KeyError):
+                raise SpecError(f"{at}.tmp_per_stage[{s}][{r}]: expected "
                                 f"[[[gpu_type, gpus_per_node, zone]], tp], got {item!r}") from None
-            groups.append(Group(s, r, str(gpu_type), int(per_node), int(tp)))
-    mem = doc.get("max_mem")
-    return SailorRun(name=path.stem, mbs=int(_field(doc, "mbs", where)), gbs=int(_field(doc, "gbs", where)),
-                     nodes=int(doc.get("N", 0)), layers=layers, groups=tuple(groups),
-                     measured_iter_s=doc.get("real"), measured_mem_bytes=int(mem) if mem else None,
-                     measured_grad_reduce_s=doc.get("red_grads"))
+            if not (_whole(per_node) and _whole(tp)):
+                raise SpecError(f"{at}.tmp_per_stage[{s}][{r}]: gpus_per_node and tp must be whole numbers, "
+                                f"got {per_node!r} and {tp!r}")
+            groups.append(Group(s, r, str(gpu_type), per_node, tp))
+    _check_declared(p, at, layers, replicas)
+    fields = {name: _field(doc, name, where) for name in ("mbs", "gbs")} | {"N": doc.get("N", 0)}
+    for name, value in fields.items():
+        if not _whole(value):
+            raise SpecError(f"{where}: {name}: expected a whole number, got {value!r}")
+    return SailorRun(name=path.stem, mbs=fields["mbs"], gbs=fields["gbs"], nodes=fields["N"], layers=layers,
+                     groups=tuple(groups), measured_iter_s=_measured(doc, "real", where, float),
+                     measured_mem_bytes=_measured(doc, "max_mem", where, int),
+                     measured_grad_reduce_s=_measured(doc, "red_grads", where, float, zero=True))
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_declared(pipeline: dict, at: str, layers: tuple, replicas: list) -> None:
+    """Sailor's own counts beside the lists they count, where given, agree with them."""
+    declared = pipeline.get("num_stages", len(layers))
+    if declared != len(layers):
+        raise SpecError(f"{at}.num_stages: {declared!r}, but layers_per_stage lists {len(layers)} stages")
+    dp = pipeline.get("dp", [len(r) for r in replicas])
+    if not isinstance(dp, list) or dp != [len(r) for r in replicas]:
+        raise SpecError(f"{at}.dp: {dp!r}, but tmp_per_stage lists {[len(r) for r in replicas]} replicas per stage")
+
+
+def _measured(doc: dict, key: str, where: str, kind: type, zero: bool = False) -> Any:
+    """A measured figure of the run (None where the plan has none): finite, and positive."""
+    value = doc.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or value < 0 or (value == 0 and not zero):
+        raise SpecError(f"{where}: {key}: expected a measured {'figure >= 0' if zero else 'figure > 0'}, got {value!r}")
+    return kind(value)
 
 
 def read_shape(training_config: str | Path) -> tuple[str, TransformerShape, str]:
@@ -136,11 +189,11 @@ def read_shape(training_config: str | Path) -> tuple[str, TransformerShape, str]
     try:
         model, shape, optimizer = _read_shape(path)
     except (KeyError, TypeError, ValueError) as exc:
-        raise SpecError(f"{path.name}: not a Sailor training config as hetsim reads it "
-                        f"({type(exc).__name__}: {exc})") from None
-    for name in ("n_layer", "hidden", "heads", "seq_len", "vocab"):
+        raise SpecError(f"{path.name}: not a Sailor training config as hetsim reads it ({exc})") from None
+    for name, key in (("n_layer", "num_layers"), ("hidden", "hidden_size"), ("heads", "heads"),
+                      ("seq_len", "sequence_length"), ("vocab", "vocab_size")):
         if getattr(shape, name) < 1:
-            raise SpecError(f"{path.name}: {name}: must be a positive integer, got {getattr(shape, name)}")
+            raise SpecError(f"{path.name}: {key}: must be a positive integer, got {getattr(shape, name)}")
     if shape.hidden % shape.heads:
         raise SpecError(f"{path.name}: hidden_size {shape.hidden} is not a multiple of heads {shape.heads}")
     return model, shape, optimizer
@@ -197,6 +250,9 @@ def _placement(run: SailorRun) -> tuple[list[tuple[str, int]], dict[Group, list[
         first = nodes[slot][1] - free[slot]
         ids[g] = [f"{_node_name(slot)}/gpu{first + k}" for k in range(g.tp)]
         free[slot] -= g.tp
+    if run.nodes and len(nodes) != run.nodes:
+        raise SpecError(f"{run.name}: N: {run.nodes} nodes, but the plan's groups take {len(nodes)} "
+                        f"(one per group where N equals the number of groups, else packed by GPU type)")
     return nodes, ids
 
 
@@ -314,6 +370,10 @@ def _measured_rows(measured: dict, model: str, gtype: str, mbs: int, tp: int, n:
                         f"[fwd_s, bwd_s, update_s] ({type(exc).__name__}: {exc})") from None
     if any(len(r) != 3 for r in rows):
         raise SpecError(f"profiles_tmp.json: {model}/{gtype}/{mbs}/{tp}: each layer needs [fwd_s, bwd_s, update_s]")
+    bad = next((i for i, r in enumerate(rows) if not all(math.isfinite(x) and x >= 0 for x in r)), None)
+    if bad is not None:
+        raise SpecError(f"profiles_tmp.json: {model}/{gtype}/{mbs}/{tp}/{bad}: times must be finite and >= 0, "
+                        f"got {rows[bad]}")
     return rows
 
 
@@ -366,12 +426,9 @@ def import_run(plan_path: str | Path, data: str | Path, training_config: str | P
                         "profiles_tmp.json and network/)")
     run = read_plan(plan_path)
     model, shape, optimizer = read_shape(training_config)
-    for s, layers in enumerate(run.layers):
-        if list(layers) != list(range(min(layers), max(layers) + 1)):
-            raise SpecError(f"{run.name}: layers_per_stage[{s}] is not a contiguous range")
     if max(run.layers[-1]) + 1 != shape.n_layers:
-        raise SpecError(f"{run.name}: the stages cover {max(run.layers[-1]) + 1} layers, the training config "
-                        f"{shape.n_layers}")
+        raise SpecError(f"{Path(plan_path).name}: pipeline_list[0].layers_per_stage: the stages cover "
+                        f"{max(run.layers[-1]) + 1} layers, the training config {shape.n_layers}")
     cluster = to_cluster(run, data)           # names an unknown GPU type before looking for its times
     profile = to_profile(run, model, shape, data if measured_times else None)
     return Imported(cluster, profile, to_plan(run, model, optimizer), run, shape)

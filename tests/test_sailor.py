@@ -209,3 +209,40 @@ def test_malformed_sailor_plans_get_one_line_errors(tmp_path, mutate, field):
     bad.write_text(json.dumps(doc))
     with pytest.raises(SpecError, match=field):
         import_run(bad, DATA, OPT)
+
+
+def _mutated(plan: dict, change) -> dict:
+    doc = json.loads(json.dumps(plan))
+    change(doc)
+    return doc
+
+
+def _set(path: list, value):
+    def change(doc):
+        *up, last = path
+        for key in up:
+            doc = doc[key]
+        doc[last] = value
+    return change
+
+
+@pytest.mark.parametrize("path, value, message", [
+    (["pipeline_list", 0, "layers_per_stage", 1, 0], 11,
+     r"pipeline_list\[0\]\.layers_per_stage\[1\]: expected layers 12, 13, \.\.\. \(consecutive"),
+    (["pipeline_list", 0, "layers_per_stage", 1, 0], 13, r"layers_per_stage\[1\]: expected layers 12"),
+    (["pipeline_list", 0, "layers_per_stage"], "all", r"layers_per_stage: expected a list of stages"),
+    (["pipeline_list", 0, "num_stages"], 3, r"num_stages: 3, but layers_per_stage lists 2 stages"),
+    (["pipeline_list", 0, "dp"], [0, 1], r"dp: \[0, 1\], but tmp_per_stage lists \[2, 2\]"),
+    (["pipeline_list", 0, "tmp_per_stage", 0, 0, 0, 0, 0], "RTX-9090",
+     r"tmp_per_stage\[0\]\[0\]: Sailor GPU type 'RTX-9090' has no hetsim GPU file"),
+    (["pipeline_list", 0, "tmp_per_stage", 0, 0, 1], "8", r"tmp_per_stage\[0\]\[0\]: .* must be whole numbers"),
+    (["mbs"], "2", r"mbs: expected a whole number, got '2'"),
+    (["real"], float("nan"), r"real: expected a measured figure > 0, got nan"),
+    (["max_mem"], -1, r"max_mem: expected a measured figure > 0"),
+    (["N"], 7, r"N: 7 nodes, but the plan's groups take 4"),
+])
+def test_a_malformed_sailor_plan_is_one_line_naming_the_file_and_field(tmp_path, path, value, message):
+    plan = json.loads((MIT / "plan_config_N4_D2.json").read_text())
+    (tmp_path / "p.json").write_text(json.dumps(_mutated(plan, _set(path, value))))
+    with pytest.raises(SpecError, match="^p" + (r"(\.json)?: " if path[0] != "N" else ": ") + ".*" + message):
+        import_run(tmp_path / "p.json", DATA, OPT)
