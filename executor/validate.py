@@ -20,6 +20,7 @@ import os
 import re
 import time
 from dataclasses import replace
+from pathlib import Path
 
 from executor.host import available_cores, host_memory_bytes, usable_cores
 from hetsim.cli.validate import WARMUP_WAVES, WAVES
@@ -487,6 +488,11 @@ def _refuse_bad_input(args: argparse.Namespace, plan: Plan, model_kwargs: dict) 
         check_job_plan(plan, None, args.model or plan.model, model_kwargs)
     except PlanError as exc:
         raise in_plan_file(exc, args.plan) from None
+    except HetsimError as exc:       # an unknown model: --model's, or the plan file's own
+        if not str(exc).startswith("model: "):
+            raise
+        where = "--model" if args.model else f"{Path(args.plan).name}: model"
+        raise HetsimError(f"{where}: {str(exc).removeprefix('model: ')}") from None
 
 
 @contextlib.contextmanager

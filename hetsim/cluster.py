@@ -131,8 +131,12 @@ def load_cluster(path: str | Path, gpu_types: dict[str, GpuType] | None = None) 
     f = Fields.load(resolve("cluster", path))
     f.reject_unknown({"name", "description", "network", "nodes", "parameter_servers", "gpu_types", "paths"})
     types = dict(gpu_types) if gpu_types is not None else load_gpu_types()
-    for inline in f.records("gpu_types", []):
+    inline_names: list[str] = []
+    for i, inline in enumerate(f.records("gpu_types", [])):
         gpu = gpu_type_from_fields(inline)
+        if gpu.name in inline_names:
+            raise f.error(f"gpu_types[{i}].name", f"{gpu.name!r} is defined twice in this file")
+        inline_names.append(gpu.name)
         types[gpu.name] = gpu
     nodes = tuple(_node(n, types) for n in f.records("nodes"))
     names = [n.name for n in nodes]
@@ -172,8 +176,8 @@ def _node(f: Fields, types: dict[str, GpuType]) -> Node:
     f.reject_unknown({"name", "gpus", "intra_link", "shared_cores", "colocated_work", "copy_cores", "network",
                       "nic_per_gpu"})
     name = f.text("name")
-    if "/" in name:
-        raise f.error("name", f"{name!r} must not contain '/'")
+    if "/" in name or not name.strip():
+        raise f.error("name", f"{name!r}: a node's name is some text without '/' (GPU ids are node/gpuN)")
     slots: list[GpuSlot] = []
     for g in f.records("gpus"):
         g.reject_unknown({"type", "count"})

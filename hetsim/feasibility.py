@@ -102,6 +102,12 @@ def check_structure(plan: Plan, cluster: Cluster | None, n_layers: int, model: s
                                     "a GPU runs one stage")
                 seen[member] = where
             if cluster is not None:
+                for k, member in enumerate(stage.members):
+                    try:
+                        cluster.gpu(member)
+                    except PlanError as exc:      # named at its field, as the other rules are
+                        at = f"{field}.gpu" if k == 0 else f"{field}.tp_gpus[{k - 1}]"
+                        raise PlanError(f"{at}: {where}: {str(exc)}") from None
                 _check_tp_group(f"{field} ({where})", stage, cluster)
             lo, hi = stage.layers
             if lo != end:

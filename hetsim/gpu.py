@@ -24,6 +24,8 @@ __all__ = ["GpuType", "load_gpu_type", "load_gpu_types", "gpu_type_document", "K
 # tensor cores; pointwise work and reductions (elementwise) and normalisation (norm): CUDA cores.
 KERNEL_CLASSES = ("gemm", "attention", "elementwise", "norm")
 MATMUL_CLASSES = ("gemm", "attention")
+# What an efficiency key may start with (hetsim.roofline, hetsim.derive and gpu_profiles/efficiency.yaml).
+EFFICIENCY_FACTORS = ("compute", "memory", "tensor", "overhead_s", "floor_s")
 
 _FIELDS = {"name", "display_name", "architecture", "memory_gib", "memory_bandwidth_GBps",
            "peak_fp32_tflops", "peak_fp16_tflops", "host_link", "sources", "notes", "efficiency",
@@ -90,6 +92,10 @@ def gpu_type_from_fields(f: Fields) -> GpuType:
             raise f.error(key, "a TF32/BF16 tensor-core peak needs `tensor_cores: true` (or remove it)")
     efficiency = f.sub("efficiency", {})
     if isinstance(efficiency, Fields):
+        for key in efficiency.data:
+            if str(key).split(".")[0] not in EFFICIENCY_FACTORS:
+                raise f.error(f"efficiency.{key}", f"unknown factor; a key is one of {', '.join(EFFICIENCY_FACTORS)}, "
+                                                   "optionally followed by .<layer kind>[.<pass>]")
         efficiency = {k: efficiency.number(k, positive=True) for k in efficiency.data}
     return GpuType(
         name=f.text("name"),

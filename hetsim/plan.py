@@ -185,7 +185,7 @@ def _stage(f: Fields) -> StageSpec:
 def _sync(f: Fields) -> SyncSpec:
     defaults = SyncSpec()
     f.reject_unknown(SyncSpec.__dataclass_fields__)
-    return SyncSpec(
+    spec = SyncSpec(
         mode=f.text("mode", defaults.mode, choices=SYNC_MODES),
         staleness_bound=f.number("staleness_bound", 0, nonnegative=True, integer=True),
         pull_offset=f.number("pull_offset", None, nonnegative=True, integer=True),
@@ -195,6 +195,11 @@ def _sync(f: Fields) -> SyncSpec:
         sdpipe_wait_min_s=f.number("sdpipe_wait_min_s", defaults.sdpipe_wait_min_s, positive=True),
         sdpipe_wait_max_s=f.number("sdpipe_wait_max_s", defaults.sdpipe_wait_max_s, positive=True),
     )
+    # The group scheduler's wait starts at init and adapts between min and max.
+    if not spec.sdpipe_wait_min_s <= spec.sdpipe_wait_init_s <= spec.sdpipe_wait_max_s:
+        raise f.error("sdpipe_wait_init_s", f"the waits must read min <= init <= max, got {spec.sdpipe_wait_min_s:g} "
+                      f"<= {spec.sdpipe_wait_init_s:g} <= {spec.sdpipe_wait_max_s:g}")
+    return spec
 
 
 def load_plan(path: str | Path) -> Plan:

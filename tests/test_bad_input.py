@@ -236,7 +236,7 @@ VALIDATE_FLAGS = [
     ("--colocated-work", "0", "--colocated-work"), ("--link-GBps", "-1", "--link-GBps"),
     ("--latency-us", "-1", "--latency-us"), ("--seed", "-1", "--seed"), ("--device", "tpu", "--device"),
     ("--slowdown", "node0/gpu9=2", "--slowdown"), ("--slowdown", "node0/gpu0=0", "--slowdown"),
-    ("--model", "nosuch", "nosuch"), ("--model-arg", "hidden=x", "--model-arg"), ("--model-arg", "nosuch=3", "nosuch"),
+    ("--model", "nosuch", "--model: unknown model 'nosuch'"), ("--model-arg", "hidden=x", "--model-arg"), ("--model-arg", "nosuch=3", "nosuch"),
     ("--model-arg", "hidden=0", "--model-arg"), ("--model-arg", "hidden=-5", "--model-arg"),
     ("--out", "/dev/null/out", "--out"), ("--plan", "{tmp}/nope.json", "nope.json"),
     # 64 GiB of weights a stage: over this host's memory, told in the plan file's GPU names.

@@ -3,13 +3,14 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 import hetsim
 from conftest import TINY_CLUSTER_YAML as CLUSTER
 from hetsim.cli import main
-from hetsim.data import data_root
+from hetsim.data import data_root, resolve
 from hetsim.errors import PlanError
 
 PLAN = {"name": "p", "minibatch_size": 32, "nm": 2, "schedule": "hetpipe", "sync": {"mode": "none"},
@@ -85,7 +86,8 @@ def with_stage(gpu=None, nm=None):
     (CLUSTER.replace("bandwidth_gbit_s: 10", "bandwidth_gbit_s: -1"), PLAN,
      "c.yaml: network.bandwidth_gbit_s: must be > 0, got -1"),
     (CLUSTER.replace("rtx-2060", "rtx-9090"), PLAN, "c.yaml: nodes[0].gpus[0].type: unknown GPU type 'rtx-9090'"),
-    (CLUSTER, with_stage(gpu="node1/gpu0"), "p.json: cluster tiny: no GPU 'node1/gpu0'"),
+    (CLUSTER, with_stage(gpu="node1/gpu0"),
+     "p.json: virtual_workers[0].stages[1].gpu: vw0 stage 1: cluster tiny: no GPU 'node1/gpu0'"),
     (CLUSTER, with_stage(nm=8), "p.json: stage 0 of vw0 on node0/gpu0 (NVIDIA GeForce RTX 2060, 6.0 GiB) needs"),
 ])
 def test_bad_input_is_one_line_and_a_nonzero_exit(capsys, tmp_path, cluster, plan, message):
@@ -228,3 +230,21 @@ def test_a_closed_pipe_on_stdout_ends_quietly():
 def test_a_name_given_twice_in_repeated_assignments_is_one_line(capsys):
     one_line_error(*run_cli(capsys, "simulate", "--slowdown", "node2=2", "--slowdown", "node2=3"),
                    "--slowdown 'node2=3'", "node2 is given twice")
+
+
+@pytest.mark.parametrize("word, hint", [("compare", ""), ("simulat", "did you mean 'simulate'?")])
+def test_an_unknown_command_is_one_line_even_with_help(capsys, word, hint):
+    one_line_error(*run_cli(capsys, word, "--help"), f"unknown command {word!r}", hint)
+
+
+def test_a_plan_naming_a_gpu_the_cluster_lacks_or_an_unknown_model_is_told_at_its_field(capsys, tmp_path):
+    doc = json.loads(resolve("plan", "hetpipe_vgg19_ed").read_text())
+    doc["virtual_workers"][1]["stages"][0]["gpu"] = "node9/gpu0"
+    (tmp_path / "p.json").write_text(json.dumps(doc))
+    one_line_error(*run_cli(capsys, "simulate", "--plan", str(tmp_path / "p.json")),
+                   "p.json: virtual_workers[1].stages[0].gpu: vw1 stage 0: cluster hetpipe_4node: no GPU 'node9/gpu0'")
+    doc = json.loads((Path(__file__).resolve().parents[1] / "experiments" / "validation" / "plans"
+                      / "wsp_2vw_mlp1024.json").read_text())
+    (tmp_path / "v.json").write_text(json.dumps({**doc, "model": "mlpx"}))
+    one_line_error(*run_cli(capsys, "validate", "--plan", str(tmp_path / "v.json")),
+                   "v.json: model: unknown model 'mlpx'; did you mean 'mlp'?")

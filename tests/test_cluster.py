@@ -56,6 +56,15 @@ def test_units_are_converted_once_at_load(tmp_path):
     (("gen: 3", "gen: 9"), "cluster.yaml: nodes[0].intra_link.gen: PCIe generation 9 unknown (1-6)"),
     (("count: 2", "count: two"), "cluster.yaml: nodes[0].gpus[0].count: expected a number, got text 'two'"),
     (("lanes: 16", "lanes: 16, speed: 3"), "cluster.yaml: nodes[0].intra_link.speed: unknown field"),
+    (("name: b", "name: ' '"), "cluster.yaml: nodes[1].name: ' ': a node's name is some text without '/'"),
+    (("name: tiny\n", "name: tiny\ngpu_types:\n" + 2 * (
+        "  - {name: x, display_name: X, memory_gib: 8, memory_bandwidth_GBps: 400, peak_fp32_tflops: 10,"
+        " peak_fp16_tflops: 20, sources: [datasheet]}\n")),
+     "cluster.yaml: gpu_types[1].name: 'x' is defined twice in this file"),
+    (("name: tiny\n", "name: tiny\ngpu_types:\n"
+      "  - {name: x, display_name: X, memory_gib: 8, memory_bandwidth_GBps: 400, peak_fp32_tflops: 10,"
+      " peak_fp16_tflops: 20, sources: [datasheet], efficiency: {compte: 0.5}}\n"),
+     "cluster.yaml: gpu_types[0].efficiency.compte: unknown factor; a key is one of compute, memory"),
 ])
 def test_bad_cluster_files_name_the_file_and_field(tmp_path, edit, message):
     old, new = edit

@@ -70,3 +70,10 @@ def test_async_wsp_with_no_slack_is_rejected_before_it_deadlocks():
     with pytest.raises(PlanError, match="pull_offset >= 1"):
         check_plan(plan([["node0/gpu0", "node0/gpu1"]], [0, 1, 2], nm=2, schedule="hetpipe",
                         sync=SyncSpec(mode="wsp", pull_offset=0)), cluster([2]), profile(2, 1, 1))
+
+
+def test_sdpipe_waits_must_read_min_init_max():
+    doc = json.loads(plan([["n0/gpu0"]], [0, 1], nm=1).to_json())
+    doc["sync"] |= {"sdpipe_wait_min_s": 0.1, "sdpipe_wait_init_s": 0.01}
+    with pytest.raises(SpecError, match=r"^p.json: sync.sdpipe_wait_init_s: the waits must read min <= init <= max"):
+        plan_from_dict(doc, "p.json")

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import os
 import sys
@@ -48,6 +49,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run one command; every refusal is one line on stderr and exit status 2, never a traceback."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and not argv[0].startswith("-") and argv[0] not in SUBCOMMANDS:
+        close = difflib.get_close_matches(argv[0], SUBCOMMANDS, n=1)
+        print(f"hetsim: error: unknown command {argv[0]!r}{f'; did you mean {close[0]!r}?' if close else ''} "
+              f"(commands: {', '.join(SUBCOMMANDS)}; with options only, hetsim simulates)", file=sys.stderr)
+        return 2
     if not argv or argv[0] not in (*SUBCOMMANDS, "-h", "--help", "--version"):
         argv = ["simulate", *argv]           # `hetsim [options]` simulates
     try:
