@@ -158,8 +158,8 @@ def format_report(report: Report) -> str:
         f"{report.kind}: plan {plan['name']} ({plan['schedule']}, Nm={plan['nm']}, sync {plan['sync']['mode']}"
         f"{', D=' + str(plan['sync']['staleness_bound']) if plan['sync']['mode'] == 'wsp' else ''}) "
         f"on {report.cluster}, model {report.model}, minibatch {plan['minibatch_size']}",
-        f"throughput: {t['samples_per_s']:.1f} samples/s"
-        f"{_tokens(t)} ({t['minibatches_per_s']:.3f} minibatches/s), {_iteration(t)} "
+        f"throughput: {_rate(t['samples_per_s'])} samples/s"
+        f"{_tokens(t)} ({_rate(t['minibatches_per_s'], 3)} minibatches/s), {_iteration(t)} "
         f"over a {report.window['duration_s']:.2f} s steady-state window",
         "",
         f"{'virtual worker':<16}{'minibatches/s':>14}{'samples/s':>11}{'sync wait s':>12}",
@@ -183,6 +183,12 @@ def format_report(report: Report) -> str:
         lines.append(format_time_to_accuracy(report.time_to_accuracy))
     lines += [f"note: {n}" for n in report.notes]
     return "\n".join(lines)
+
+
+def _rate(value: float, decimals: int = 1) -> str:
+    """A rate with `decimals` places, or three significant digits where those would show 0.0 (a
+    what-if of a crawling link or GPU still reads as a number, not as nothing)."""
+    return f"{value:.{decimals}f}" if value == 0 or abs(value) >= 10 ** -decimals else f"{value:.3g}"
 
 
 def _tokens(t: dict) -> str:
