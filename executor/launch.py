@@ -66,7 +66,7 @@ def check_job_plan(plan: Plan, cluster: Cluster | None, model: str, model_kwargs
     except TypeError as exc:                 # a constructor argument the model does not take
         raise HetsimError(f"model {model}: {exc}") from None
     except ValueError as exc:                # arguments the model cannot be built with together
-        raise HetsimError(f"--model-arg: model {model}: {exc}") from None
+        raise HetsimError(f"{'--model-arg: ' if model_kwargs else ''}model {model}: {exc}") from None
     check_structure(plan, cluster, len(modelzoo.layer_graph(net)), f"model {model}")
 
 

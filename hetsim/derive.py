@@ -40,10 +40,9 @@ import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import yaml
-
 from hetsim.data import data_root
 from hetsim.errors import SpecError
+from hetsim.fields import read_document
 from hetsim.gpu import KERNEL_CLASSES, GpuType
 from hetsim.plan import PRECISIONS
 from hetsim.profile import LayerProfile, ModelProfile
@@ -135,7 +134,7 @@ class Efficiency:
 def load_efficiencies(gpus: dict[str, GpuType], path: str | Path | None = None) -> dict[str, Efficiency]:
     """The Efficiency of each device type: its own yaml mapping, then efficiency.yaml's entries."""
     path = Path(path) if path is not None else data_root() / "efficiency.yaml"
-    doc = yaml.safe_load(path.read_text()) or {}
+    doc = read_document(path) or {}
     default, classes = doc.get("default"), doc.get("kernel_classes") or {}
     classes = (classes.get("factors") or {}) if isinstance(classes, dict) else classes
     for section, value in (("default", default), ("kernel_classes.factors", classes)):

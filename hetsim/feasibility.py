@@ -106,7 +106,7 @@ def check_structure(plan: Plan, cluster: Cluster | None, n_layers: int, model: s
                     try:
                         cluster.gpu(member)
                     except PlanError as exc:      # named at its field, as the other rules are
-                        at = f"{field}.gpu" if k == 0 else f"{field}.tp_gpus[{k - 1}]"
+                        at = f"{field}.gpus[{k}]" if stage.tp_gpus else f"{field}.gpu"
                         raise PlanError(f"{at}: {where}: {str(exc)}") from None
                 _check_tp_group(f"{field} ({where})", stage, cluster)
             lo, hi = stage.layers

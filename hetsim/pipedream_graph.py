@@ -40,6 +40,7 @@ def parse_graph(text: str, *, source_name: str, gpu_type: str = "reference",
                 batch_size: int | None = None, model: str = "model") -> ModelProfile:
     nodes: dict[str, tuple[str, dict[str, float]]] = {}
     edges: list[tuple[str, str]] = []
+    seen: set[tuple[str, str]] = set()
     for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
@@ -47,9 +48,9 @@ def parse_graph(text: str, *, source_name: str, gpu_type: str = "reference",
             parts = [p.strip() for p in line.split(" -- ")]
             if len(parts) != 2:
                 raise SpecError(f"{source_name}: line {lineno}: edge must read 'src -- dst'")
-            if (parts[0], parts[1]) in edges:
-                raise SpecError(f"{source_name}: line {lineno}: edge {parts[0]} -- {parts[1]} is listed twice")
-            edges.append((parts[0], parts[1]))
+            if (parts[0], parts[1]) not in seen:      # PipeDream lists an edge once per use of a tensor
+                seen.add((parts[0], parts[1]))
+                edges.append((parts[0], parts[1]))
             continue
         try:
             name, rest = line.split(" -- ", 1)

@@ -175,7 +175,7 @@ def _check_declared(pipeline: dict, at: str, layers: tuple, replicas: list) -> N
 def _measured(doc: dict, key: str, where: str, kind: type, zero: bool = False) -> Any:
     """A measured figure of the run (None where the plan has none): finite, and positive."""
     value = doc.get(key)
-    if value is None:
+    if value is None or (key == "max_mem" and value == 0):      # Sailor writes 0 where it read none
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
             or value < 0 or (value == 0 and not zero):
@@ -250,7 +250,7 @@ def _placement(run: SailorRun) -> tuple[list[tuple[str, int]], dict[Group, list[
         first = nodes[slot][1] - free[slot]
         ids[g] = [f"{_node_name(slot)}/gpu{first + k}" for k in range(g.tp)]
         free[slot] -= g.tp
-    if run.nodes and len(nodes) != run.nodes:
+    if run.nodes and len(nodes) > run.nodes:
         raise SpecError(f"{run.name}: N: {run.nodes} nodes, but the plan's groups take {len(nodes)} "
                         f"(one per group where N equals the number of groups, else packed by GPU type)")
     return nodes, ids

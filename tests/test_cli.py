@@ -243,6 +243,10 @@ def test_a_plan_naming_a_gpu_the_cluster_lacks_or_an_unknown_model_is_told_at_it
     (tmp_path / "p.json").write_text(json.dumps(doc))
     one_line_error(*run_cli(capsys, "simulate", "--plan", str(tmp_path / "p.json")),
                    "p.json: virtual_workers[1].stages[0].gpu: vw1 stage 0: cluster hetpipe_4node: no GPU 'node9/gpu0'")
+    doc["virtual_workers"][1]["stages"][0] = {"gpus": ["node1/gpu1", "node1/gpu9"], "layers": [0, 14]}
+    (tmp_path / "p.json").write_text(json.dumps(doc))
+    one_line_error(*run_cli(capsys, "simulate", "--plan", str(tmp_path / "p.json")),
+                   "p.json: virtual_workers[1].stages[0].gpus[1]: vw1 stage 0: cluster hetpipe_4node: no GPU 'node1/gpu9'")
     doc = json.loads((Path(__file__).resolve().parents[1] / "experiments" / "validation" / "plans"
                       / "wsp_2vw_mlp1024.json").read_text())
     (tmp_path / "v.json").write_text(json.dumps({**doc, "model": "mlpx"}))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -59,4 +60,26 @@ def test_a_block_that_fails_leaves_out_untouched(tmp_path):
         with staged(tmp_path / "new") as stage:
             (stage / "report.json").write_text("half")
             raise RuntimeError("the plots failed")
-    assert os.listdir(tmp_path / "new") == []
+    assert not (tmp_path / "new").exists()
+
+
+def test_an_existing_file_keeps_its_mode_a_link_is_followed_and_a_device_written_into(tmp_path):
+    path = tmp_path / "plan.json"
+    path.write_text("old")
+    path.chmod(0o600)
+    write_text(path, "new")
+    assert path.read_text() == "new" and path.stat().st_mode & 0o777 == 0o600
+    (tmp_path / "link.json").symlink_to(path)
+    write_text(tmp_path / "link.json", "through the link")
+    assert (tmp_path / "link.json").is_symlink() and path.read_text() == "through the link"
+    write_text("/dev/null", "nothing")
+    assert Path("/dev/null").is_char_device()
+
+
+def test_a_staging_error_names_the_output_folder_and_a_folder_made_for_nothing_is_removed(tmp_path):
+    with pytest.raises(HetsimError) as err:
+        with staged(tmp_path / "new") as stage:
+            (stage / "profile.yaml").mkdir()
+            write_text(stage / "profile.yaml", "x")
+    assert ".hetsim-staging" not in str(err.value) and str(tmp_path / "new" / "profile.yaml") in str(err.value)
+    assert not (tmp_path / "new").exists()

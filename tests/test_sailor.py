@@ -239,7 +239,7 @@ def _set(path: list, value):
     (["mbs"], "2", r"mbs: expected a whole number, got '2'"),
     (["real"], float("nan"), r"real: expected a measured figure > 0, got nan"),
     (["max_mem"], -1, r"max_mem: expected a measured figure > 0"),
-    (["N"], 7, r"N: 7 nodes, but the plan's groups take 4"),
+    (["N"], 3, r"N: 3 nodes, but the plan's groups take 4"),
 ])
 def test_a_malformed_sailor_plan_is_one_line_naming_the_file_and_field(tmp_path, path, value, message):
     plan = json.loads((MIT / "plan_config_N4_D2.json").read_text())

@@ -115,5 +115,9 @@ def check_output_file(path: str | Path, flag: str, suffixes: tuple[str, ...] = (
     if path.exists():
         if not os.access(path, os.W_OK):
             raise HetsimError(f"{flag} {path}: cannot write it (permission denied)")
+        real = Path(os.path.realpath(path))
+        # A file is replaced by one written beside it (hetsim.outputs), which its folder must allow.
+        if real.is_file() and not os.access(real.parent, os.W_OK | os.X_OK):
+            raise HetsimError(f"{flag} {path}: cannot replace it (its folder is not writable)")
         return
     check_output_dir(path.parent, flag, given=path)
