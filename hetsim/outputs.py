@@ -83,7 +83,7 @@ def staged(out: str | Path, flag: str = "--out") -> Iterator[Path]:
             moved.append(name)
         finished = True
     except HetsimError as exc:
-        raise HetsimError(str(exc).replace(str(stage), str(out))) from None
+        raise type(exc)(str(exc).replace(str(stage), str(out))) from None
     except OSError as exc:
         name = Path(exc.filename).name if exc.filename else "there"
         done = f"; {', '.join(moved)} moved in before it" if moved else " (nothing was written)"
