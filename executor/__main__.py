@@ -69,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         from executor.launch import layout_of, make_job, one_line, rank_main, report_from_records, torchrun_error
+        if args.out:
+            from hetsim.cli.arguments import check_output_dir
+            check_output_dir(args.out, "--out")        # before the run, not after it
         job = make_job(args.plan, args.cluster, args.model, profile=args.profile, options=options_from_args(args),
                        model_kwargs=model_kwargs(args.model_arg))
         layout = layout_of(job)

@@ -25,6 +25,7 @@ from executor.options import ExecOptions
 from executor.record import RankRecord
 from executor.worker import Job, _check_supported, check_tp_layers, job_layout, run_rank
 from hetsim.cluster import Cluster, load_cluster
+from hetsim.data import loaded
 from hetsim.errors import HetsimError
 from hetsim.feasibility import check_structure
 from hetsim.plan import Plan, load_plan
@@ -41,13 +42,19 @@ _GRACE_S = 10.0            # after the first failure, how long the others get to
 def make_job(plan: Plan | str | Path, cluster: Cluster | str | Path, model: str | None = None, *,
              profile: ModelProfile | str | Path | None = None, options: ExecOptions = ExecOptions(),
              model_kwargs: dict | None = None) -> Job:
-    plan = plan if isinstance(plan, Plan) else load_plan(plan)
-    cluster = cluster if isinstance(cluster, Cluster) else load_cluster(cluster)
-    if profile is not None and not isinstance(profile, ModelProfile):
-        profile = load_profile(profile)
+    plan, cluster = loaded("plan", plan, Plan, load_plan), loaded("cluster", cluster, Cluster, load_cluster)
+    if profile is not None:
+        profile = loaded("profile", profile, ModelProfile, load_profile)
+    if not isinstance(options, ExecOptions) or not isinstance(model_kwargs, (dict, type(None))):
+        raise HetsimError(f"options must be an ExecOptions and model_kwargs a dict, got "
+                          f"{type(options).__name__} and {type(model_kwargs).__name__}")
     job = Job(plan=plan, cluster=cluster, model=model or plan.model, options=options, profile=profile,
               model_kwargs=tuple(sorted((model_kwargs or {}).items())))
     check_job_plan(plan, cluster, job.model, model_kwargs)
+    unknown = sorted(g for g in options.slowdown if g not in plan.gpus)
+    if unknown:
+        raise HetsimError(f"slowdown: {unknown[0]}: plan {plan.name} has no GPU of that name (it uses "
+                          f"{', '.join(dict.fromkeys(plan.gpus))})")
     _check_supported(job)
     if len(plan.gpus) > sum(len(vw.stages) for vw in plan.virtual_workers):     # tensor-parallel stages
         check_tp_layers(job, _graph(job))
@@ -59,6 +66,9 @@ def check_job_plan(plan: Plan, cluster: Cluster | None, model: str, model_kwargs
     model's own layer count, before any rank starts: a plan whose stages stopped short of the last
     layer once trained a truncated model without a word. The model is built on the meta device
     (no weights), so this takes well under a second."""
+    for name, value in (model_kwargs or {}).items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise HetsimError(f"model_kwargs: {name}={value!r}: a model's sizes are whole numbers >= 1")
     try:
         net, _ = modelzoo.build(model, batch=1, device="meta", **(model_kwargs or {}))
     except KeyError as exc:                  # modelzoo's "unknown model 'x'; did you mean ...?"
@@ -149,6 +159,9 @@ def launch(plan: Plan | str | Path, cluster: Cluster | str | Path, model: str | 
     """Run the plan for real on this host (one process per rank) and return the measured Report."""
     job = make_job(plan, cluster, model, profile=profile, options=options, model_kwargs=model_kwargs)
     layout = layout_of(job)
+    if out is not None:
+        from hetsim.cli.arguments import check_output_dir
+        check_output_dir(out, "out")               # before the run, not after it
     if options.checkpoint_dir:
         start_checkpoints(options.checkpoint_dir, fingerprint(job.plan.to_dict(), job.model, dict(job.model_kwargs)),
                           options.resume)

@@ -27,8 +27,8 @@ def build_measured_report(job, layout: RankLayout, records: list[RankRecord], sc
               records[layout.stage_rank(v, 0)].completions] for v in range(len(plan.virtual_workers))]
     window = plan_window(plan, times, warm)
     if window is None:
-        raise ExecutorError(f"no steady-state window: raise waves above warmup_waves "
-                            f"({opts.waves} <= {opts.warmup_waves})")
+        raise ExecutorError(f"no steady-state window: a virtual worker finished its {opts.waves} waves before "
+                            f"another had finished its {opts.warmup_waves} warm-up waves; raise waves")
     start, end = window.start, window.end
     clipped = {r.rank: _clip(r, origin, start, end) for r in records}
     run = RunRecords(window=window, start_s=start, end_s=end,

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 
 from hetsim.errors import HetsimError
 
 __all__ = ["ExecOptions"]
+
+
+# A peer silent longer than a day is no peer: larger values overflow the collectives' timedelta.
+MAX_TIMEOUT_S = 86_400.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -29,6 +34,12 @@ class ExecOptions:
     fault: str = ""                        # testing: "RANK:ACTION:die" or "RANK:ACTION:hang", e.g. "1:F3:die"
 
     def __post_init__(self):
+        if not isinstance(self.slowdown, dict) or not isinstance(self.device, str):
+            raise HetsimError(f"slowdown must be a mapping of GPU ids to factors and device text, got "
+                              f"{self.slowdown!r} and {self.device!r}")
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (self.waves, self.warmup_waves)):
+            raise HetsimError(f"waves and warmup_waves must be whole numbers, got {self.waves!r} and "
+                              f"{self.warmup_waves!r}")
         if self.waves < 1:
             raise HetsimError(f"waves: must be >= 1, got {self.waves}")
         if not 0 <= self.warmup_waves < self.waves:
@@ -36,8 +47,10 @@ class ExecOptions:
         if self.data not in ("teacher", "random"):
             raise HetsimError(f"data: unknown mode {self.data!r}; choose teacher or random")
         for gpu, factor in self.slowdown.items():
-            if not factor >= 1.0:
-                raise HetsimError(f"slowdown[{gpu}]: an emulated slowdown must be >= 1, got {factor}")
+            if not 1.0 <= factor < math.inf:
+                raise HetsimError(f"slowdown[{gpu}]: an emulated slowdown must be finite and >= 1, got {factor}")
+        if not (0 < self.lr < math.inf and 0 <= self.momentum < 1):
+            raise HetsimError(f"lr must be finite and > 0 and momentum in [0, 1), got {self.lr} and {self.momentum}")
         self.fault_spec
         if self.resume and not self.checkpoint_dir:
             raise HetsimError("resume: needs checkpoint_dir")
@@ -47,8 +60,10 @@ class ExecOptions:
             raise HetsimError(f"backend: expected auto, gloo or nccl, got {self.backend!r}")
         if self.backend == "nccl" and self.device == "cpu":
             raise HetsimError("backend: nccl moves CUDA tensors only; use device cuda, or backend gloo on cpu")
-        if self.threads < 1 or self.timeout_s <= 0:
-            raise HetsimError("threads must be >= 1 and timeout_s > 0")
+        if not isinstance(self.threads, int) or self.threads < 1 or not 0 < self.timeout_s <= MAX_TIMEOUT_S:
+            raise HetsimError(f"threads must be a whole number >= 1 and timeout_s in (0, {MAX_TIMEOUT_S:g}] "
+                              f"seconds, got {self.threads} and {self.timeout_s}")
+
 
     @property
     def fault_spec(self) -> tuple[int, str, str] | None:

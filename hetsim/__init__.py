@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Mapping
 
 from hetsim.cluster import Cluster, load_cluster
-from hetsim.data import DEFAULT_CLUSTER, DEFAULT_PLAN, DEFAULT_PROFILE
+from hetsim.data import DEFAULT_CLUSTER, DEFAULT_PLAN, DEFAULT_PROFILE, loaded
 from hetsim.errors import HetsimError, PlanError, ScheduleError, SimulationError, SpecError
 from hetsim.plan import Plan, load_plan
 from hetsim.profile import ModelProfile
@@ -39,10 +39,13 @@ def simulate(cluster: Cluster | str | Path = DEFAULT_CLUSTER,
     Each of cluster, profile and plan may be an object, a file path or a shipped name.
     """
     from hetsim.sim import SimOptions, run_simulation
-    cluster = cluster if isinstance(cluster, Cluster) else load_cluster(cluster)
-    profile = profile if isinstance(profile, ModelProfile) else load_profile(profile)
-    plan = plan if isinstance(plan, Plan) else load_plan(plan)
+    cluster = loaded("cluster", cluster, Cluster, load_cluster)
+    profile = loaded("profile", profile, ModelProfile, load_profile)
+    plan = loaded("plan", plan, Plan, load_plan)
+    if slowdown is not None and not isinstance(slowdown, Mapping):
+        raise HetsimError(f"slowdown: expected a mapping of GPU or node names to factors, got {slowdown!r}")
     options = SimOptions(waves=waves, warmup_waves=warmup_waves, seed=seed, jitter_cv=jitter_cv,
                          slowdown=dict(slowdown or {}), straggler_prob=straggler_prob,
                          straggler_delay_s=straggler_delay_s, trace=trace)
     return run_simulation(cluster, profile, plan, options)
+

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from importlib import resources
 from pathlib import Path
+from typing import Any, Callable
 
-from hetsim.errors import SpecError
+from hetsim.errors import HetsimError, SpecError
 
-__all__ = ["data_root", "resolve", "pipedream_profiles", "pipedream_profile",
+__all__ = ["data_root", "resolve", "loaded", "pipedream_profiles", "pipedream_profile",
            "DEFAULT_CLUSTER", "DEFAULT_PROFILE", "DEFAULT_PLAN"]
 
 DEFAULT_CLUSTER = "hetpipe_4node"
@@ -49,3 +51,14 @@ def resolve(kind: str, name_or_path: str | Path) -> Path:
     shipped = sorted(p.stem for p in folder.iterdir() if p.suffix in {".yaml", ".json"})
     raise SpecError(f"{name_or_path}: no such {kind} file, and no shipped {kind} of that name "
                     f"(shipped: {', '.join(shipped)})")
+
+
+def loaded(name: str, value: Any, kind: type, load: Callable[[Any], Any]) -> Any:
+    """`value` as a `kind`: itself, or `load(value)` for a file path or a shipped name; anything else
+    is refused naming the argument `name` (a swapped or missing argument would fail deep inside)."""
+    if isinstance(value, kind):
+        return value
+    if isinstance(value, (str, os.PathLike)) and str(value):
+        return load(value)
+    raise HetsimError(f"{name}: expected a {kind.__name__}, a file path or a shipped name, got "
+                      f"{type(value).__name__} {value!r}"[:200])

@@ -246,3 +246,32 @@ def test_a_malformed_sailor_plan_is_one_line_naming_the_file_and_field(tmp_path,
     (tmp_path / "p.json").write_text(json.dumps(_mutated(plan, _set(path, value))))
     with pytest.raises(SpecError, match="^p" + (r"(\.json)?: " if path[0] != "N" else ": ") + ".*" + message):
         import_run(tmp_path / "p.json", DATA, OPT)
+
+
+def _run_py(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "experiments" / "peers" / "sailor" / "run.py"), "--data",
+                           str(DATA), "--training-config", str(OPT), *args], capture_output=True, text=True)
+
+
+def test_run_py_predicts_a_plan_without_measurements_beside_the_others_and_draws_what_it_can(tmp_path):
+    (tmp_path / "plans").mkdir()
+    good = json.loads((MIT / "plan_config_N4_D1.json").read_text())
+    (tmp_path / "plans" / "good.json").write_text(json.dumps(good))
+    (tmp_path / "plans" / "unmeasured.json").write_text(json.dumps({**good, "real": None, "max_mem": None}))
+    done = _run_py("--plans", str(tmp_path / "plans"), "--out", str(tmp_path / "out" / "t.csv"))
+    assert done.returncode == 0, done.stderr
+    assert "unmeasured: 90.02 s predicted, not measured" in done.stderr
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["t.csv", "t.md", "t.png"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--reserve-gib", "nan"], "--reserve-gib nan: a reserve is a finite number of GiB >= 0"),
+    (["--waves", "1"], "--waves 1: at least 2"),
+    (["--out", "{tmp}"], "expected a .csv file"),
+    (["--plans", str(MIT / "plan_config_N4_D1.json")], "is a file; give folders of Sailor plan *.json files"),
+])
+def test_run_py_refuses_whole_run_settings_before_any_plan(tmp_path, args, message):
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    done = _run_py(*(["--plans", str(MIT)] if "--plans" not in args else []), *args)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert message in done.stderr and not list(tmp_path.iterdir())

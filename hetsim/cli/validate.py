@@ -34,15 +34,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "does not time)")
     p.add_argument("--slowdown", action="append", default=[], metavar="GPU=FACTOR",
                    help="EMULATED slowdown of a plan GPU, simulated and executed (busy-wait), repeatable")
-    p.add_argument("--cores", type=real(0, above=True), default=None,
+    # Upper bounds: far beyond any host, and within what a cluster file may hold (hetsim.fields.LARGEST).
+    p.add_argument("--cores", type=real(0, 65536, above=True), default=None,
                    help="cores the ranks share (default: measured, the host's cores minus other load); "
                         "with --device cuda, how many stage ranks a shared GPU runs at once (default: measured)")
-    p.add_argument("--colocated-work", type=real(0, above=True), default=None, metavar="FACTOR",
+    p.add_argument("--colocated-work", type=real(0, 1000, above=True), default=None, metavar="FACTOR",
                    help="CPU work of the stages run together over run alone (default: measured, "
                         "executor.colocation; 1.0 for one stage rank)")
-    p.add_argument("--link-GBps", type=real(0, above=True), default=None,
+    p.add_argument("--link-GBps", type=real(0, 1e6, above=True), default=None,
                    help="gloo loopback bandwidth (default: measured)")
-    p.add_argument("--latency-us", type=real(0), default=None,
+    p.add_argument("--latency-us", type=real(0, 1e9), default=None,
                    help="gloo message latency, taken whole (default: measured, plus the scheduler's hand-off "
                         "delay where the plan's other ranks can fill the cores)")
     p.add_argument("--seed", type=whole(0), default=0)

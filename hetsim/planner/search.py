@@ -17,6 +17,8 @@ are ranked by the estimate. Candidates that cannot run keep the reason.
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections import Counter
 
 from contextlib import nullcontext
@@ -80,6 +82,15 @@ class SearchSpace:
     keep: int = 20                         # plans built and checked beyond the simulated ones, best first
 
     def __post_init__(self):
+        for name in ("policies", "nm_values", "staleness_values", "tp_values"):
+            values = getattr(self, name)
+            if isinstance(values, str) or not isinstance(values, (tuple, list)):
+                raise PlanError(f"search: {name}: expected a tuple of values, got {values!r}")
+            if name != "policies" and not all(isinstance(v, numbers.Integral) and not isinstance(v, bool)
+                                              for v in values):
+                raise PlanError(f"search: {name}: expected whole numbers, got {list(values)}")
+        if not all(math.isfinite(v) for v in (self.margin, self.jitter_cv, self.bound_slack)) or self.workers < 0:
+            raise PlanError("search: margin, jitter_cv and bound_slack must be finite, workers >= 0")
         for p in self.policies:
             if p not in POLICY_CHOICES:
                 raise PlanError(f"policy {p!r}: choose from {', '.join(POLICY_CHOICES)}")
@@ -142,6 +153,12 @@ Progress = Callable[[str, int], object]    # (description, total) -> a bar with 
 def search_plans(cluster: Cluster, profile: ModelProfile, space: SearchSpace = SearchSpace(),
                  progress: Progress | None = None) -> SearchResult:
     """Rank whole plans for `profile` (already at the minibatch size wanted) on `cluster`."""
+    for name, value, kind in (("cluster", cluster, Cluster), ("profile", profile, ModelProfile),
+                              ("space", space, SearchSpace)):
+        if not isinstance(value, kind):
+            raise PlanError(f"search_plans: {name}: expected a {kind.__name__} (hetsim.load_{name} reads one)"
+                            if name != "space" else f"search_plans: space: expected a SearchSpace, got "
+                            f"{type(value).__name__}")
     missing = sorted(set(cluster.gpu_types) - profile.gpu_types)
     if missing:
         raise PlanError(f"profile {profile.model}: no layer times for GPU type(s) {', '.join(missing)} of "

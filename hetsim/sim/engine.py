@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -42,6 +43,16 @@ class SimOptions:
     trace: bool = True
 
     def __post_init__(self):
+        for name in ("waves", "warmup_waves", "seed"):
+            value = getattr(self, name)
+            if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 0:
+                raise HetsimError(f"{name}: expected a whole number >= 0, got {value!r}")
+        for name in ("jitter_cv", "straggler_prob", "straggler_delay_s"):
+            if not _is_number(getattr(self, name)):
+                raise HetsimError(f"{name}: expected a number, got {getattr(self, name)!r}")
+        if not isinstance(self.slowdown, dict) or not all(
+                isinstance(g, str) and _is_number(f) for g, f in self.slowdown.items()):
+            raise HetsimError(f"slowdown: expected a mapping of GPU or node names to factors, got {self.slowdown!r}")
         if self.waves < 1:
             raise HetsimError(f"waves: must be >= 1, got {self.waves}")
         if not 0 <= self.warmup_waves < self.waves:
@@ -54,6 +65,10 @@ class SimOptions:
         for gpu, factor in self.slowdown.items():
             if not 0 < factor < math.inf:
                 raise HetsimError(f"slowdown[{gpu}]: must be finite and > 0, got {factor}")
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 # Stage-minibatches (waves x Nm x the stages of every virtual worker) a run may simulate: about a

@@ -25,9 +25,12 @@ from pathlib import Path
 import pandas as pd
 
 import hetsim
+from hetsim.cli.arguments import check_output_file
 from hetsim.cli.imports import write_import
 from hetsim.errors import HetsimError
 from hetsim.memory import GIB
+from hetsim.outputs import write_text
+from hetsim.sailor import read_shape
 
 COLUMNS = ["set", "plan", "measured_iter_s", "predicted_iter_s", "time_err_pct", "measured_mem_bytes",
            "predicted_mem_bytes", "mem_err_pct", "sailor_iter_s", "sailor_time_err_pct", "sailor_mem_bytes",
@@ -53,6 +56,10 @@ def predict(plan_path: Path, args: argparse.Namespace, workdir: Path) -> dict:
     return row
 
 
+def _seconds(value) -> str:
+    return "not" if value is None or pd.isna(value) else f"{value:.4g} s"
+
+
 def _err(predicted, measured) -> float | None:
     if measured is None or pd.isna(measured) or not measured:
         return None
@@ -72,6 +79,9 @@ def run_all(args: argparse.Namespace) -> pd.DataFrame:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for folder in args.plans:
+            if not Path(folder).is_dir():
+                raise HetsimError(f"--plans {folder}: {'is a file' if Path(folder).exists() else 'no such folder'}; "
+                                  "give folders of Sailor plan *.json files")
             plans = sorted(Path(folder).glob("*.json"))
             if not plans:
                 raise HetsimError(f"--plans {folder}: no plan *.json files there")
@@ -82,7 +92,7 @@ def run_all(args: argparse.Namespace) -> pd.DataFrame:
                     row = {"plan": plan_path.stem, "error": str(exc)}
                 rows.append({"set": Path(folder).name, **row})
                 print(f"{row['plan']}: " + (f"{row['predicted_iter_s']:.4g} s predicted, "
-                                            f"{row['measured_iter_s']:.4g} s measured" if "error" not in row
+                                            f"{_seconds(row['measured_iter_s'])} measured" if "error" not in row
                                             else row["error"]), file=sys.stderr)
     table = pd.DataFrame(rows)
     table = table.merge(sailor_rows(Path(args.data)), on=["set", "plan"], how="left")
@@ -133,13 +143,17 @@ def plot(table: pd.DataFrame, path: Path) -> None:
     for ax, (m, p, s, unit, scale) in zip(axes, (
             ("measured_iter_s", "predicted_iter_s", "sailor_iter_s", "iteration time (s)", 1.0),
             ("measured_mem_bytes", "predicted_mem_bytes", "sailor_mem_bytes", "peak memory (GiB)", GIB))):
-        for (name, rows), marker in zip(table.groupby("set", sort=False), "os^D"):
+        shown = table[(table[m] > 0) & (table[p] > 0)]        # a log axis: measured and predicted rows only
+        if shown.empty:
+            ax.set_title(f"no plan with a measured and a predicted {unit}", fontsize=9)
+            continue
+        for (name, rows), marker in zip(shown.groupby("set", sort=False), "os^D"):
             ax.scatter(rows[m] / scale, rows[p] / scale, marker=marker, label=f"hetsim, {name}")
             if rows[s].notna().any():
                 ax.scatter(rows[m] / scale, rows[s] / scale, marker=marker, facecolors="none",
                            edgecolors="grey", label=f"Sailor, {name}")
-        lo = min(table[m].min(), table[p].min()) / scale * 0.8
-        hi = max(table[m].max(), table[p].max()) / scale * 1.25
+        lo = min(shown[m].min(), shown[p].min()) / scale * 0.8
+        hi = max(shown[m].max(), shown[p].max()) / scale * 1.25
         ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
         ax.set(xscale="log", yscale="log", xlabel=f"measured {unit}", ylabel=f"predicted {unit}")
         for axis in (ax.xaxis, ax.yaxis):
@@ -150,6 +164,21 @@ def plot(table: pd.DataFrame, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def _check_arguments(args: argparse.Namespace) -> None:
+    """What applies to the whole run, refused before the first plan rather than once per plan."""
+    if args.waves < 2:
+        raise HetsimError(f"--waves {args.waves}: at least 2 (the first is left out)")
+    if args.reserve_gib is not None and not 0 <= args.reserve_gib <= 1e6:
+        raise HetsimError(f"--reserve-gib {args.reserve_gib}: a reserve is a finite number of GiB >= 0")
+    for flag, path in (("--data", args.data), ("--training-config", args.training_config),
+                       ("--efficiency", args.efficiency)):
+        if path is not None and not path.exists():
+            raise HetsimError(f"{flag} {path}: no such {'folder' if flag == '--data' else 'file'}")
+    read_shape(args.training_config)                 # a config that cannot be read, named once
+    if args.out:
+        check_output_file(args.out, "--out", (".csv",))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -171,7 +200,11 @@ def main(argv: list[str] | None = None) -> int:
                         "reserve fitted on another set)")
     args = p.parse_args(argv)
     try:
+        _check_arguments(args)
         table = run_all(args)
+        if table["error"].notna().all():
+            raise HetsimError(f"every plan failed, e.g. {table['plan'].iloc[0]}: {table['error'].iloc[0]} "
+                              "(nothing written)")
     except HetsimError as exc:
         print(f"run.py: error: {exc}", file=sys.stderr)
         return 2
@@ -181,11 +214,10 @@ def main(argv: list[str] | None = None) -> int:
     stats = summary(table)
     print(stats.to_string(index=False, float_format=lambda x: f"{x:.3g}"))
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        table.to_csv(args.out, index=False, float_format="%.6g")
+        write_text(args.out, table.to_csv(index=False, float_format="%.6g"))
         md = args.out.with_suffix(".md")
-        md.write_text(f"# {args.out.stem}\n\n```\npython {' '.join(sys.argv)}\n```\n\n"
-                      + markdown(stats) + "\n\n" + markdown(table.drop(columns=["reserve_bytes"])) + "\n")
+        write_text(md, f"# {args.out.stem}\n\n```\npython {' '.join(sys.argv)}\n```\n\n"
+                   + markdown(stats) + "\n\n" + markdown(table.drop(columns=["reserve_bytes"])) + "\n")
         plot(table, args.out.with_suffix(".png"))
         print(f"wrote {args.out}, {md.name}, {args.out.with_suffix('.png').name}")
     return 0

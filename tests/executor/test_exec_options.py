@@ -1,0 +1,58 @@
+"""executor.options and executor.launch's job checks: bad options and arguments are one line before
+any rank starts (the Python API's as the CLI's)."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import executor
+from executor import ExecOptions
+from executor.launch import make_job
+from hetsim.errors import HetsimError
+
+PLAN = str(Path(__file__).resolve().parents[2] / "experiments" / "validation" / "plans" / "wsp_2vw_example.json")
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"timeout_s": math.nan}, "timeout_s in (0, 86400]"),
+    ({"timeout_s": 1e300}, "timeout_s in (0, 86400]"),
+    ({"lr": -1.0}, "lr must be finite and > 0"),
+    ({"momentum": 5.0}, "momentum in [0, 1)"),
+    ({"waves": "3"}, "waves and warmup_waves must be whole numbers"),
+    ({"waves": 2.5}, "waves and warmup_waves must be whole numbers"),
+    ({"threads": 2.5}, "threads must be a whole number"),
+    ({"slowdown": None}, "slowdown must be a mapping"),
+    ({"slowdown": {"host/gpu1": math.inf}}, "slowdown[host/gpu1]: an emulated slowdown must be finite and >= 1"),
+])
+def test_bad_options_are_refused_naming_them(options, message):
+    with pytest.raises(HetsimError) as err:
+        ExecOptions(**options)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"plan": None}, "plan: expected a Plan, a file path or a shipped name, got NoneType"),
+    ({"cluster": {}}, "cluster: expected a Cluster"),
+    ({"options": {"waves": 2}}, "options must be an ExecOptions"),
+    ({"model_kwargs": [("hidden", 8)]}, "model_kwargs a dict"),
+    ({"model_kwargs": {"hidden": 0}}, "model_kwargs: hidden=0: a model's sizes are whole numbers >= 1"),
+    ({"options": ExecOptions(slowdown={"nosuch/gpu0": 2.0})}, "slowdown: nosuch/gpu0: plan wsp_2vw_example has no GPU"),
+])
+def test_a_job_that_cannot_run_is_refused_before_any_rank_starts(kwargs, message):
+    args = {"plan": PLAN, "cluster": "cpu_host"} | kwargs
+    with pytest.raises(HetsimError, match=message.replace("[", r"\[").replace("(", r"\(")):
+        make_job(args.pop("plan"), args.pop("cluster"), **args)
+
+
+def test_an_output_folder_that_cannot_be_written_is_refused_before_the_run(tmp_path):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(HetsimError, match=r"^out .*file.*: .*is a file, not a folder"):
+        executor.launch(PLAN, "cpu_host", out=tmp_path / "file" / "out")
+    done = subprocess.run([sys.executable, "-m", "executor", "--plan", PLAN, "--cluster", "cpu_host", "--out",
+                           str(tmp_path / "file" / "out")], capture_output=True, text=True)
+    assert done.returncode == 2 and "--out" in done.stderr and "RANK" not in done.stderr
