@@ -64,7 +64,6 @@ class ExecOptions:
             raise HetsimError(f"threads must be a whole number >= 1 and timeout_s in (0, {MAX_TIMEOUT_S:g}] "
                               f"seconds, got {self.threads} and {self.timeout_s}")
 
-
     @property
     def fault_spec(self) -> tuple[int, str, str] | None:
         if not self.fault:

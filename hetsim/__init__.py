@@ -48,4 +48,3 @@ def simulate(cluster: Cluster | str | Path = DEFAULT_CLUSTER,
                          slowdown=dict(slowdown or {}), straggler_prob=straggler_prob,
                          straggler_delay_s=straggler_delay_s, trace=trace)
     return run_simulation(cluster, profile, plan, options)
-
