@@ -78,7 +78,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.ranks:
             print(layout.world_size)
             return 0
-        rank, world = int(os.environ.get("RANK", -1)), int(os.environ.get("WORLD_SIZE", -1))
+        try:
+            rank, world = int(os.environ.get("RANK", -1)), int(os.environ.get("WORLD_SIZE", -1))
+        except ValueError:
+            raise HetsimError(f"RANK={os.environ.get('RANK')!r}, WORLD_SIZE={os.environ.get('WORLD_SIZE')!r}: "
+                              "expected whole numbers (torchrun sets them)") from None
         if rank < 0:
             raise HetsimError("not started by torchrun (RANK unset); use torchrun --nproc-per-node "
                               f"{layout.world_size} -m executor ..., or executor.launch() from Python")

@@ -63,7 +63,7 @@ class Job:
 
     def schedules(self) -> list[Schedule]:
         if schedule_kind(self.plan.schedule).needs_costs and self.profile is None:
-            raise PlanError(f"executor: the {self.plan.schedule} schedule is ordered by the profile's costs; "
+            raise PlanError(f"profile: the {self.plan.schedule} schedule is ordered by the profile's costs; "
                             "pass --profile")
         profile = self.profile.scaled_to_batch(self.plan.minibatch_size) if self.profile else None
         return [vw_schedule(self.plan, vw, self.cluster, profile, self.options.waves)
@@ -83,23 +83,23 @@ def _check_supported(job: Job) -> None:
     if job.options.checkpoint_dir and (job.plan.schedule in ASYNC_SCHEDULES
                                        or any(vw.chunks > 1 for vw in job.plan.virtual_workers)
                                        or job.plan.sync.mode not in ("none", "bsp")):
-        raise PlanError("executor: checkpoints need a flush schedule (gpipe, 1f1b-flush) with sync none or "
+        raise PlanError("checkpoint_dir: checkpoints need a flush schedule (gpipe, 1f1b-flush) with sync none or "
                         f"bsp (a consistent cut after each wave); plan {job.plan.name} uses "
                         f"{job.plan.schedule} with sync {job.plan.sync.mode}")
     _check_tp(job.plan)
     device = job.options.device
     if device != "cpu" and gpu_count() == 0:
-        raise PlanError(f"executor: device {device!r}: torch {torch.__version__} sees no CUDA device here; use cpu")
+        raise PlanError(f"device {device!r}: torch {torch.__version__} sees no CUDA device here; use cpu")
     if device.startswith("cuda:") and int(device[5:]) >= gpu_count():
-        raise PlanError(f"executor: device {device!r}: this host has {gpu_count()} CUDA device(s)")
+        raise PlanError(f"device {device!r}: this host has {gpu_count()} CUDA device(s)")
     n_stages = len(set(job.plan.gpus))                             # a rank per tensor-parallel member
     if schedule_kind(job.plan.schedule).virtual_stages and uses_nccl(device, job.options.backend, n_stages):
         # NCCL matches a link's messages by order, not tag, and two chunks' messages share each link.
-        raise PlanError(f"executor: schedule {job.plan.schedule} runs over gloo only (its chunks share each "
+        raise PlanError(f"schedule {job.plan.schedule} runs over gloo only (its chunks share each "
                         "link, told apart by tag, which NCCL ignores); pass --backend gloo")
     one_gpu = device.startswith("cuda:") and n_stages > 1          # every rank on the GPU named
     if job.options.backend == "nccl" and (n_stages > gpu_count() or one_gpu):
-        raise PlanError(f"executor: backend nccl needs a GPU per stage rank (NCCL refuses two ranks on one "
+        raise PlanError(f"backend: nccl needs a GPU per stage rank (NCCL refuses two ranks on one "
                         f"GPU); plan {job.plan.name} has {n_stages} stage ranks and this host {gpu_count()} GPU(s)")
 
 
@@ -108,11 +108,11 @@ def _check_tp(plan: Plan) -> None:
     (member k of each replica averages its shard with member k of the others)."""
     tp = [[s.tp for s in vw.stages] for vw in plan.virtual_workers]
     if plan.sync.mode in ("wsp", "sdpipe") and any(t > 1 for row in tp for t in row):
-        raise PlanError(f"executor: plan {plan.name}: sync {plan.sync.mode} with tensor-parallel stages is not "
+        raise PlanError(f"plan {plan.name}: sync {plan.sync.mode} with tensor-parallel stages is not "
                         "supported yet (its parameter servers and group averages exchange whole stages); use sync "
                         "bsp or none")
     if plan.sync.mode == "bsp" and any(row != tp[0] for row in tp):
-        raise PlanError(f"executor: plan {plan.name}: sync bsp averages member k of a stage with member k of "
+        raise PlanError(f"plan {plan.name}: sync bsp averages member k of a stage with member k of "
                         f"every replica, so each stage index needs the same tensor-parallel degree in every "
                         f"virtual worker; the degrees are {tp}")
 
@@ -123,7 +123,7 @@ def check_tp_layers(job: Job, graph) -> None:
         for s, spec in enumerate(vw.stages):
             reason = spec.tp > 1 and unsplittable(graph, *spec.layers, spec.tp)
             if reason:
-                raise PlanError(f"executor: plan {job.plan.name}: {vw.name} stage {s} on {list(spec.members)}: "
+                raise PlanError(f"plan {job.plan.name}: {vw.name} stage {s} on {list(spec.members)}: "
                                 f"{reason}; give the stage one GPU")
 
 

@@ -56,3 +56,12 @@ def test_an_output_folder_that_cannot_be_written_is_refused_before_the_run(tmp_p
     done = subprocess.run([sys.executable, "-m", "executor", "--plan", PLAN, "--cluster", "cpu_host", "--out",
                            str(tmp_path / "file" / "out")], capture_output=True, text=True)
     assert done.returncode == 2 and "--out" in done.stderr and "RANK" not in done.stderr
+
+
+def test_a_malformed_rank_environment_is_one_line():
+    import os
+    env = {**os.environ, "RANK": "abc", "WORLD_SIZE": "5"}
+    done = subprocess.run([sys.executable, "-m", "executor", "--plan", PLAN, "--cluster", "cpu_host"],
+                          capture_output=True, text=True, env=env)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "executor: error: RANK='abc', WORLD_SIZE='5': expected whole numbers" in done.stderr
