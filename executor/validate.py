@@ -101,8 +101,8 @@ def with_counted_bytes(profile: ModelProfile, model: str, model_kwargs: dict) ->
     """The profile with what a measured profile lacks, counted on the meta device at the profile's
     batch (modelzoo.counting.with_counts, as `hetsim profile` adds them): each layer's saved bytes
     (the last layer's with its loss's), for the memory prediction, and its tensor-parallel all-reduce
-    bytes and calls per pass: the simulator runs a TP stage's compute divided by its degree, then
-    these all-reduces on the node's links."""
+    bytes and calls of a forward and of a backward: the simulator runs a TP stage's compute divided by
+    its degree, then these all-reduces on the node's links."""
     from modelzoo.counting import with_counts
     return with_counts(profile, _counts(model, profile.batch_size, model_kwargs))
 
@@ -127,8 +127,8 @@ def with_collective_latency(cluster: Cluster, plan: Plan, model: str, model_kwar
     One figure for the link: a plan mixing TP degrees has its narrower groups priced at the widest's."""
     from executor.calibrate import collective_call, collective_latency
     counts = _counts(model, plan.minibatch_size, model_kwargs).layers
-    calls = sum(c.tp_allreduce_calls for c in counts)
-    nbytes = sum(c.tp_allreduce_bytes for c in counts) // max(calls, 1)
+    calls = sum(c.tp_calls + c.tp_bwd_calls for c in counts)
+    nbytes = sum(c.tp_allreduce_bytes + c.tp_bwd_bytes for c in counts) // max(calls, 1)
     ranks = max(s.tp for vw in plan.virtual_workers for s in vw.stages)
     if not nbytes or ranks < 2:
         return cluster, 0.0

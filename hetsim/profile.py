@@ -4,10 +4,11 @@ Layers are listed in a topological order of the layer DAG; a pipeline stage is a
 [lo, hi) of that order. Times are keyed by GPU type; a key "TYPE@tpN" holds times measured on a
 tensor-parallel group of N GPUs of that type, which a TP stage of degree N uses: its all-reduces
 are inside them, unless the profile says `tp_times_include_allreduce: false` (derived times), and
-then simulated on the node's links (`tp_allreduce_bytes`). Without such a key, a TP stage takes the
-type's own time / N and its all-reduces are simulated. This module holds the profile and reads hetsim's
-document form (`profile_from_dict`); hetsim.profile_files loads and saves files of either format
-(hetsim's YAML/JSON, or PipeDream's graph.txt through hetsim.pipedream_graph).
+then simulated on the node's links (`tp_allreduce_bytes` forward, `tp_allreduce_bwd_bytes` backward).
+Without such a key, a TP stage takes the type's own time / N and its all-reduces are simulated. This
+module holds the profile and reads hetsim's document form (`profile_from_dict`); hetsim.profile_files
+loads and saves files of either format (hetsim's YAML/JSON, or PipeDream's graph.txt through
+hetsim.pipedream_graph).
 """
 
 from __future__ import annotations
@@ -60,15 +61,41 @@ class LayerProfile:
     # Of saved_bytes, what the layer before it saves too (a ReLU output the next convolution keeps as
     # its input): a stage holding both layers keeps it once.
     saved_shared_bytes: int = 0
-    # Bytes each forward (and again each backward) all-reduces inside a tensor-parallel group, and in
-    # how many calls (0: one, where there are bytes): each call pays the link's fixed collective cost.
+    # Bytes each forward all-reduces inside a tensor-parallel group, and in how many calls (0: one,
+    # where there are bytes): each call pays the link's fixed collective cost. The backward's own
+    # (Megatron: a lookup all-reduces only forward, a head only backward) where they differ; None: the
+    # same as the forward's.
     tp_allreduce_bytes: int = 0
     tp_allreduce_calls: int = 0
+    tp_allreduce_bwd_bytes: int | None = None
+    tp_allreduce_bwd_calls: int | None = None
+
+    def __post_init__(self) -> None:
+        # One form for a backward like the forward, so that a profile equals itself saved and loaded.
+        if self.tp_allreduce_bwd_bytes is None:
+            object.__setattr__(self, "tp_allreduce_bwd_calls", None)
+        elif (self.tp_bwd_bytes, self.tp_bwd_calls) == (self.tp_allreduce_bytes, self.tp_calls):
+            object.__setattr__(self, "tp_allreduce_bwd_bytes", None)
+            object.__setattr__(self, "tp_allreduce_bwd_calls", None)
+        elif self.tp_allreduce_bwd_calls is None:
+            object.__setattr__(self, "tp_allreduce_bwd_calls", 0)
 
     @property
     def tp_calls(self) -> int:
-        """All-reduce calls a pass of this layer makes in a tensor-parallel group."""
+        """All-reduce calls a forward of this layer makes in a tensor-parallel group."""
         return self.tp_allreduce_calls or (1 if self.tp_allreduce_bytes else 0)
+
+    @property
+    def tp_bwd_bytes(self) -> int:
+        """Bytes a backward of this layer all-reduces in a tensor-parallel group."""
+        return self.tp_allreduce_bytes if self.tp_allreduce_bwd_bytes is None else self.tp_allreduce_bwd_bytes
+
+    @property
+    def tp_bwd_calls(self) -> int:
+        """All-reduce calls a backward of this layer makes in a tensor-parallel group."""
+        if self.tp_allreduce_bwd_bytes is None:
+            return self.tp_calls
+        return self.tp_allreduce_bwd_calls or (1 if self.tp_allreduce_bwd_bytes else 0)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,12 +145,12 @@ class ModelProfile:
                     self._prefix([l.update_s.get(t, 0.0) for l in self.layers])) for t in self.time_keys}
 
     @cached_property
-    def _tp_prefix(self) -> np.ndarray:
-        return self._prefix([l.tp_allreduce_bytes for l in self.layers])
-
-    @cached_property
-    def _tp_calls_prefix(self) -> np.ndarray:
-        return self._prefix([l.tp_calls for l in self.layers])
+    def _tp_prefix(self) -> dict[bool, tuple[np.ndarray, np.ndarray]]:
+        """(bytes, calls) prefix sums of the forward's (False) and the backward's (True) all-reduces."""
+        return {False: (self._prefix([l.tp_allreduce_bytes for l in self.layers]),
+                        self._prefix([l.tp_calls for l in self.layers])),
+                True: (self._prefix([l.tp_bwd_bytes for l in self.layers]),
+                       self._prefix([l.tp_bwd_calls for l in self.layers]))}
 
     @cached_property
     def _param_prefix(self) -> np.ndarray:
@@ -154,12 +181,15 @@ class ModelProfile:
         return StageTimes(float(fwd[hi] - fwd[lo]) / tp, float(bwd[hi] - bwd[lo]) / tp,
                           float(upd[hi] - upd[lo]) / tp, measured_tp=False)
 
-    def stage_tp_allreduce_bytes(self, lo: int, hi: int) -> int:
-        return int(self._tp_prefix[hi] - self._tp_prefix[lo])
+    def stage_tp_allreduce_bytes(self, lo: int, hi: int, backward: bool = False) -> int:
+        """Bytes a forward (or backward) of layers [lo, hi) all-reduces in a tensor-parallel group."""
+        nbytes = self._tp_prefix[backward][0]
+        return int(nbytes[hi] - nbytes[lo])
 
-    def stage_tp_allreduce_calls(self, lo: int, hi: int) -> int:
-        """All-reduce calls of one pass of layers [lo, hi) in a tensor-parallel group."""
-        return int(self._tp_calls_prefix[hi] - self._tp_calls_prefix[lo])
+    def stage_tp_allreduce_calls(self, lo: int, hi: int, backward: bool = False) -> int:
+        """All-reduce calls of a forward (or backward) of layers [lo, hi) in a tensor-parallel group."""
+        calls = self._tp_prefix[backward][1]
+        return int(calls[hi] - calls[lo])
 
     def stage_param_bytes(self, lo: int, hi: int) -> int:
         return int(self._param_prefix[hi] - self._param_prefix[lo])
@@ -206,7 +236,9 @@ class ModelProfile:
                                saved_bytes=None if l.saved_bytes is None else scale(l.saved_bytes),
                                saved_replicated_bytes=scale(l.saved_replicated_bytes),
                                saved_shared_bytes=scale(l.saved_shared_bytes),
-                               tp_allreduce_bytes=scale(l.tp_allreduce_bytes))
+                               tp_allreduce_bytes=scale(l.tp_allreduce_bytes),
+                               tp_allreduce_bwd_bytes=None if l.tp_allreduce_bwd_bytes is None
+                               else scale(l.tp_allreduce_bwd_bytes))
                        for l in self.layers)
         return replace(self, batch_size=batch_size, layers=layers,
                        input_bytes=int(round(self.input_bytes * r)),
@@ -232,6 +264,10 @@ class ModelProfile:
                 item["tp_allreduce_bytes"] = l.tp_allreduce_bytes
             if l.tp_allreduce_calls:
                 item["tp_allreduce_calls"] = l.tp_allreduce_calls
+            if l.tp_allreduce_bwd_bytes is not None:
+                item["tp_allreduce_bwd_bytes"] = l.tp_allreduce_bwd_bytes
+                if l.tp_allreduce_bwd_calls:
+                    item["tp_allreduce_bwd_calls"] = l.tp_allreduce_bwd_calls
             layers.append(item)
         chain = all(self.edges[i] == (i, i + 1) for i in range(len(self.edges))) and \
             len(self.edges) == self.n_layers - 1
@@ -301,7 +337,8 @@ def profile_from_dict(data: Any, source_name: str) -> ModelProfile:
 def _layer(f: Fields) -> LayerProfile:
     f.reject_unknown({"name", "kind", "param_bytes", "output_bytes", "fwd_s", "bwd_s", "flops_fwd",
                       "update_s", "saved_bytes", "saved_replicated_bytes", "saved_shared_bytes",
-                      "tp_allreduce_bytes", "tp_allreduce_calls"})
+                      "tp_allreduce_bytes", "tp_allreduce_calls", "tp_allreduce_bwd_bytes",
+                      "tp_allreduce_bwd_calls"})
     times = {}
     for key in ("fwd_s", "bwd_s", "update_s"):
         sub = f.sub(key) if key != "update_s" or f.has(key) else Fields({}, f.source)
@@ -311,6 +348,11 @@ def _layer(f: Fields) -> LayerProfile:
     if f.number("tp_allreduce_calls", 0, nonnegative=True, integer=True) and \
             not f.number("tp_allreduce_bytes", 0, nonnegative=True, integer=True):
         raise f.error("tp_allreduce_calls", "calls of no bytes: give tp_allreduce_bytes, or leave the calls out")
+    bwd_bytes = f.number("tp_allreduce_bwd_bytes", None, nonnegative=True, integer=True)
+    bwd_calls = f.number("tp_allreduce_bwd_calls", 0, nonnegative=True, integer=True)
+    if bwd_calls and not bwd_bytes:
+        raise f.error("tp_allreduce_bwd_calls", "calls of no bytes: give tp_allreduce_bwd_bytes, or leave the "
+                                                "calls out")
     return LayerProfile(name=f.text("name"), kind=f.text("kind", ""),
                         param_bytes=f.number("param_bytes", nonnegative=True, integer=True),
                         output_bytes=f.number("output_bytes", nonnegative=True, integer=True),
@@ -321,4 +363,5 @@ def _layer(f: Fields) -> LayerProfile:
                                                         integer=True),
                         saved_shared_bytes=f.number("saved_shared_bytes", 0, nonnegative=True, integer=True),
                         tp_allreduce_bytes=f.number("tp_allreduce_bytes", 0, nonnegative=True, integer=True),
-                        tp_allreduce_calls=f.number("tp_allreduce_calls", 0, nonnegative=True, integer=True))
+                        tp_allreduce_calls=f.number("tp_allreduce_calls", 0, nonnegative=True, integer=True),
+                        tp_allreduce_bwd_bytes=bwd_bytes, tp_allreduce_bwd_calls=bwd_calls)

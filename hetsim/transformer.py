@@ -14,6 +14,11 @@ with q = 1 + 2·kv/a the Q, K, V widths (kv key/value heads: grouped-query atten
 projection's input, m = 2·ffn/h the MLP's two saved activations (3·ffn/h when gated, SwiGLU), and d = 1
 when attention dropout is on (its mask and output are saved beside the softmax probabilities). At
 FP16 with ffn = 4h, kv = a and d = 1 this is the paper's s·b·h·(34 + 5·a·s/h).
+
+Tensor-parallel all-reduces (Megatron's operators: g all-reduces forward after a row-parallel product or
+the vocabulary-parallel lookup, f all-reduces backward the gradient of a column-parallel product's
+input), of s·b·h·e bytes each: the embedding one forward, none backward; a block two each way; the
+head none forward but its loss's three per-token values, one backward.
 """
 
 from __future__ import annotations
@@ -75,24 +80,28 @@ def transformer_layers(shape: TransformerShape, batch: int) -> list[LayerProfile
     layers = [LayerProfile(name="embedding", kind="Embeddings", param_bytes=4 * shape.embedding_params(),
                            output_bytes=sbh * e, fwd_s={}, bwd_s={}, saved_bytes=sbh + 8 * s * b,
                            saved_replicated_bytes=sbh + 8 * s * b, tp_allreduce_bytes=sbh * e,
-                           tp_allreduce_calls=1)]
+                           tp_allreduce_calls=1, tp_allreduce_bwd_bytes=0)]
     layers += [LayerProfile(name=f"block{i}", kind="Block", param_bytes=4 * shape.block_params(),
                             output_bytes=sbh * e, fwd_s={}, bwd_s={}, saved_bytes=int(replicated + split),
                             saved_replicated_bytes=int(replicated), tp_allreduce_bytes=2 * sbh * e,
                             tp_allreduce_calls=2)
                for i in range(shape.n_layer)]
-    # The head keeps the final norm's input and, for the loss, the logits and their softmax.
+    # The head keeps the final norm's input and, for the loss, the logits and their softmax. Under TP
+    # its loss is vocabulary-parallel: three all-reduces of one FP32 per token forward (the row
+    # maxima, the target logits, the exponential sums); backward, one of its input's gradient.
     logits = s * b * shape.vocab * e
+    loss_ar = dict(tp_allreduce_bytes=3 * s * b * 4, tp_allreduce_calls=3, tp_allreduce_bwd_bytes=sbh * e,
+                   tp_allreduce_bwd_calls=1)
     tail = [LayerProfile(name="head", kind="Head", param_bytes=4 * (shape.vocab * h + 2 * h),
                          output_bytes=logits, fwd_s={}, bwd_s={}, saved_bytes=sbh * e + 2 * logits,
-                         saved_replicated_bytes=sbh * e)]
+                         saved_replicated_bytes=sbh * e, **loss_ar)]
     if shape.tail_layers == 2:
         tail.insert(0, LayerProfile(name="final_norm", kind="Norm", param_bytes=4 * 2 * h,
                                     output_bytes=sbh * e, fwd_s={}, bwd_s={}, saved_bytes=sbh * e,
                                     saved_replicated_bytes=sbh * e))
         tail[1] = LayerProfile(name="head", kind="Head", param_bytes=4 * shape.vocab * h, output_bytes=logits,
                                fwd_s={}, bwd_s={}, saved_bytes=sbh * e + 2 * logits,
-                               saved_replicated_bytes=sbh * e)
+                               saved_replicated_bytes=sbh * e, **loss_ar)
     return layers + tail
 
 

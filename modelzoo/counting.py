@@ -70,6 +70,8 @@ def counted_profile(model: str, batch: int, *, attention: str = "fused",
                                 saved_replicated_bytes=saved[i].replicated_bytes,
                                 tp_allreduce_bytes=saved[i].tp_allreduce_bytes,
                                 tp_allreduce_calls=saved[i].tp_allreduce_calls,
+                                tp_allreduce_bwd_bytes=saved[i].tp_allreduce_bwd_bytes,
+                                tp_allreduce_bwd_calls=saved[i].tp_allreduce_bwd_calls,
                                 saved_shared_bytes=saved[i].shared_bytes)
                    for i in range(len(graph)))
     shape = "x".join(map(str, example.shape[1:]))
@@ -80,7 +82,7 @@ def counted_profile(model: str, batch: int, *, attention: str = "fused",
 
 
 COUNTED_FIELDS = ("saved_bytes", "saved_replicated_bytes", "saved_shared_bytes", "tp_allreduce_bytes",
-                  "tp_allreduce_calls")
+                  "tp_allreduce_calls", "tp_allreduce_bwd_bytes", "tp_allreduce_bwd_calls")
 
 
 def with_counts(profile: ModelProfile, counted: ModelProfile) -> ModelProfile:

@@ -23,7 +23,12 @@ products with its weights. A product whose other operand is whole is column-para
 output 1/t (QKV, the MLP's first product); one whose operand is split is row-parallel and all-reduces
 its output, whole again (attention's output projection, the MLP's second product); every other
 operation's output is split when one of its inputs is. A lookup of the token ids the layer receives is
-vocab-parallel and all-reduced too. `replicated_bytes` are the saved storages that stay whole: in a
+vocab-parallel and all-reduced too. Backward, the gradient of each whole tensor that column-parallel
+products take is all-reduced, once per tensor (a block's norm outputs; the head's input), unless it
+needs no gradient (the model's input) or the layer's output stays split (no pair closes in it); a
+loss after a split last layer is vocabulary-parallel and all-reduces forward, as modelzoo.tp's does,
+each row's maximum, then its exponential sum and target score (two calls; Megatron's makes three, as
+hetsim.transformer counts). `replicated_bytes` are the saved storages that stay whole: in a
 transformer block the norms' inputs, the QKV and first MLP products' inputs and the dropout masks:
 the 10sbh of Korthikanti et al. 2022's sbh(10 + 24/t + 5as/ht) bytes per member at 16 bits.
 """
@@ -58,6 +63,8 @@ class SavedBytes:
     tp_allreduce_bytes: int
     shared_bytes: int = 0        # of saved_bytes, what the layer before it saves too (its output)
     tp_allreduce_calls: int = 0
+    tp_allreduce_bwd_bytes: int = 0    # what one backward all-reduces, in how many calls
+    tp_allreduce_bwd_calls: int = 0
 
 
 def count_saved(graph: LayerGraph, example: torch.Tensor,
@@ -69,9 +76,13 @@ def count_saved(graph: LayerGraph, example: torch.Tensor,
     layer's times include the loss; under TP it is split, as a vocabulary-parallel loss splits it."""
     graph.layers.train()
     values: dict[int, torch.Tensor] = {MODEL_INPUT: example}
-    counts, before = [], {}
+    counts, before, last_split = [], {}, False
     for i, layer in enumerate(graph.layers):
-        count, out, storages = _layer_saved(layer, [values[p] for p in graph.preds[i]])
+        count, out, storages, last_split = _layer_saved(layer, [values[p] for p in graph.preds[i]])
+        if last_split and i < len(graph) - 1:
+            # Its output stays split: no Megatron pair closes inside the layer (modelzoo.tp refuses such
+            # layers), so no gradient all-reduce opens one either.
+            count = replace(count, tp_allreduce_bwd_bytes=0, tp_allreduce_bwd_calls=0)
         shared = sum(s.nbytes() for k, s in storages.items() if k in before)
         counts.append(replace(count, shared_bytes=shared))
         # A detached output shares its storage with the next layer's input. Holding the layer's saved
@@ -81,9 +92,20 @@ def count_saved(graph: LayerGraph, example: torch.Tensor,
         out = out.detach()
         values[i] = out.requires_grad_(True) if out.is_floating_point() else out
     if loss is not None and counts:
-        extra = _loss_saved(*loss, values[len(graph) - 1], before)
+        scores = values[len(graph) - 1]
+        extra = _loss_saved(*loss, scores, before)
         counts[-1] = replace(counts[-1], saved_bytes=counts[-1].saved_bytes + extra)
+        if last_split:
+            counts[-1] = _with_parallel_loss(counts[-1], scores)
     return counts
+
+
+def _with_parallel_loss(count: SavedBytes, scores: torch.Tensor) -> SavedBytes:
+    """Scores split by class over a TP group take modelzoo.tp's vocabulary-parallel cross-entropy:
+    forward, an all-reduce of each row's maximum, then one of its exponential sum and target score."""
+    rows = scores.numel() // scores.shape[-1]
+    return replace(count, tp_allreduce_bytes=count.tp_allreduce_bytes + 3 * rows * scores.element_size(),
+                   tp_allreduce_calls=count.tp_allreduce_calls + 2)
 
 
 def _loss_saved(fn: Callable, labels: torch.Tensor, scores: torch.Tensor, counted: dict) -> int:
@@ -105,7 +127,7 @@ def _loss_saved(fn: Callable, labels: torch.Tensor, scores: torch.Tensor, counte
 
 def layer_saved(layer: nn.Module, inputs: list[torch.Tensor]) -> tuple[SavedBytes, torch.Tensor]:
     """Run `layer(*inputs)` once, counting what it saves; the output comes back, its graph alive."""
-    count, out, _storages = _layer_saved(layer, inputs)
+    count, out, _storages, _split = _layer_saved(layer, inputs)
     return count, out
 
 
@@ -125,8 +147,11 @@ def _layer_saved(layer: nn.Module, inputs: list[torch.Tensor]):
     total = sum(s.nbytes() for s, _ in saved.values())
     whole = sum(s.nbytes() for s, replicated in saved.values() if replicated)
     storages = {k: s for k, (s, _replicated) in saved.items()}
-    return SavedBytes(saved_bytes=total, replicated_bytes=whole, tp_allreduce_bytes=tp.allreduce_bytes,
-                      tp_allreduce_calls=tp.allreduce_calls), out, storages
+    count = SavedBytes(saved_bytes=total, replicated_bytes=whole, tp_allreduce_bytes=tp.allreduce_bytes,
+                       tp_allreduce_calls=tp.allreduce_calls, tp_allreduce_bwd_bytes=tp.bwd_bytes,
+                       tp_allreduce_bwd_calls=len(tp.copied))
+    split = isinstance(out, torch.Tensor) and _key(out) in tp.split
+    return count, out, storages, split
 
 
 def _key(t: torch.Tensor) -> int:
@@ -137,7 +162,10 @@ def _key(t: torch.Tensor) -> int:
 
 
 class _TensorParallel(TorchDispatchMode):
-    """Which storages of one layer a Megatron TP group splits, and the bytes it all-reduces."""
+    """Which storages of one layer a Megatron TP group splits, and the bytes it all-reduces: forward
+    after each row-parallel product (operator g), backward the gradient of each whole tensor that
+    column-parallel products take (operator f: once per tensor, QKV's three products or SwiGLU's two
+    sharing it)."""
 
     _PRODUCTS = {aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default}
 
@@ -145,7 +173,8 @@ class _TensorParallel(TorchDispatchMode):
         super().__init__()
         self.weights, self.inputs = weights, inputs
         self.split: dict[int, torch.UntypedStorage] = {}
-        self.allreduce_bytes = self.allreduce_calls = 0
+        self.allreduce_bytes = self.allreduce_calls = self.bwd_bytes = 0
+        self.copied: set[int] = set()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -156,6 +185,8 @@ class _TensorParallel(TorchDispatchMode):
         if len(operands) < len(tensors) and func in self._PRODUCTS:
             if split:                                      # row-parallel: all-reduced, whole again
                 self._all_reduce(outputs)
+            else:                                          # column-parallel: all-reduces backward
+                self._copy(operands)
             split = not split
         elif func is aten.embedding.default and any(_key(t) in self.inputs for t in operands):
             self._all_reduce(outputs)                      # vocab-parallel lookup
@@ -166,6 +197,12 @@ class _TensorParallel(TorchDispatchMode):
     def _all_reduce(self, outputs: list[torch.Tensor]) -> None:
         self.allreduce_bytes += sum(t.nbytes for t in outputs)
         self.allreduce_calls += 1
+
+    def _copy(self, operands: list[torch.Tensor]) -> None:
+        for t in operands:                             # a model input that needs no gradient sends none
+            if t.requires_grad and _key(t) not in self.copied:
+                self.copied.add(_key(t))
+                self.bwd_bytes += t.nbytes
 
 
 class _AsOnCuda(TorchFunctionMode):

@@ -41,6 +41,28 @@ def test_tp_allreduce_calls_round_trip_and_are_left_out_where_none_are_given(tmp
     assert "tp_allreduce_calls" not in (tmp_path / "p.yaml").read_text().split("- name:")[2]
 
 
+def test_backward_all_reduces_round_trip_where_they_differ_from_the_forwards(tmp_path):
+    from dataclasses import replace
+    p = load_profile("vgg19_b32_analytic")
+    lookup = replace(p.layers[0], tp_allreduce_bytes=4096, tp_allreduce_bwd_bytes=0)
+    head = replace(p.layers[1], tp_allreduce_bwd_bytes=2048, tp_allreduce_bwd_calls=2)
+    same = replace(p.layers[2], tp_allreduce_bytes=1024, tp_allreduce_calls=2, tp_allreduce_bwd_bytes=1024,
+                   tp_allreduce_bwd_calls=2)
+    assert same.tp_allreduce_bwd_bytes is None and (same.tp_bwd_bytes, same.tp_bwd_calls) == (1024, 2)
+    tp = replace(p, layers=(lookup, head, same, *p.layers[3:]))
+    save_profile(tp, tmp_path / "p.yaml")
+    assert load_profile(tmp_path / "p.yaml") == tp
+    assert [(l.tp_bwd_bytes, l.tp_bwd_calls) for l in tp.layers[:3]] == [(0, 0), (2048, 2), (1024, 2)]
+    assert "tp_allreduce_bwd" not in (tmp_path / "p.yaml").read_text().split("- name:")[3]
+    doc = tp.to_dict()
+    doc["layers"][0]["tp_allreduce_bwd_calls"] = 1
+    import yaml
+    from hetsim.errors import HetsimError
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(doc))
+    with pytest.raises(HetsimError, match=r"layers\[0\]\.tp_allreduce_bwd_calls: calls of no bytes"):
+        load_profile(tmp_path / "bad.yaml")
+
+
 def test_profile_round_trips_through_pipedream_graph_txt(tmp_path):
     p = load_profile("vgg19_b32_analytic")
     only = ModelProfile(**{**p.__dict__, "layers": tuple(

@@ -206,9 +206,7 @@ def plan_partitions(plan, cluster, profile) -> list[VwPartition]:
             times = profile.stage_times_tp(cluster.gpu(stage.gpu).type.name, lo, hi, stage.tp)
             ring = 0.0
             if stage.tp > 1 and not times.measured_tp:
-                ring = 2 * topology.tp_pass_s(topology.node_of(stage.gpu), stage.tp,
-                                              profile.stage_tp_allreduce_bytes(lo, hi),
-                                              profile.stage_tp_allreduce_calls(lo, hi))
+                ring = topology.tp_passes_s(topology.node_of(stage.gpu), stage.tp, profile, lo, hi)
             compute.append(times.fwd_s + times.bwd_s + ring)
             if s + 1 < len(vw.stages):
                 nxt = vw.stages[s + 1].gpu

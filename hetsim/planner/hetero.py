@@ -163,8 +163,7 @@ def _compute(profile, gpu: GpuSlot, cache, topology: Topology, tp: int = 1) -> n
         total = np.zeros(profile.n_layers + 1)
         for hi in range(1, profile.n_layers + 1):
             times = profile.stage_times_tp(gpu_type, 0, hi, tp)
-            ring = 0.0 if times.measured_tp else 2 * topology.tp_pass_s(
-                gpu.node, tp, profile.stage_tp_allreduce_bytes(0, hi), profile.stage_tp_allreduce_calls(0, hi))
+            ring = 0.0 if times.measured_tp else topology.tp_passes_s(gpu.node, tp, profile, 0, hi)
             total[hi] = times.fwd_s + times.bwd_s + ring
         cache[key] = total[None, :] - total[:, None]
     return cache[key]

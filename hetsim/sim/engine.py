@@ -159,6 +159,9 @@ def _build_stages(world: World, plan: Plan, profile: ModelProfile, rec: Recorder
                              member_devices=tuple(world.devices[g] for g in spec.members) if spec.tp > 1 else (),
                              tp_allreduce_bytes=0 if times.measured_tp else profile.stage_tp_allreduce_bytes(lo, hi),
                              tp_allreduce_calls=profile.stage_tp_allreduce_calls(lo, hi),
+                             tp_allreduce_bwd_bytes=0 if times.measured_tp
+                             else profile.stage_tp_allreduce_bytes(lo, hi, backward=True),
+                             tp_allreduce_bwd_calls=profile.stage_tp_allreduce_calls(lo, hi, backward=True),
                              update_s=times.update_s,
                              bwd_weight_s=times.bwd_s * WEIGHT_GRAD_FRACTION if kind.split_backward else 0.0,
                              blocking_p2p=plan.blocking_p2p,

@@ -36,8 +36,10 @@ class Stage:
     asynchronous: bool
     members: tuple[str, ...] = ()      # the tensor-parallel group (the stage's GPU alone if none)
     member_devices: tuple[Device, ...] = ()
-    tp_allreduce_bytes: int = 0        # per forward and per backward, when the times leave them out
+    tp_allreduce_bytes: int = 0        # per forward, when the times leave them out
     tp_allreduce_calls: int = 0        # the calls those bytes go in
+    tp_allreduce_bwd_bytes: int = 0    # per backward (Megatron: a lookup's only forward, a head's only backward)
+    tp_allreduce_bwd_calls: int = 0
     update_s: float = 0.0              # optimizer step of this stage's weights
     bwd_weight_s: float = 0.0          # split backward (zero bubble): the W part of bwd_s; I runs the rest
     blocking_p2p: bool = False         # a send holds the stage until delivered (Plan.blocking_p2p)
@@ -77,11 +79,13 @@ def _compute(world: World, rec: Recorder, stage: Stage, seconds: float, name: st
         rec.span(gpu, name, start, "compute")
 
 
-def _tp_allreduce(world: World, rec: Recorder, stage: Stage, name: str):
+def _tp_allreduce(world: World, rec: Recorder, stage: Stage, name: str, backward: bool = False):
     """Megatron's activation all-reduces of a pass, its calls as one ring over the group's links."""
-    if stage.tp_allreduce_bytes and len(stage.members) > 1:
+    nbytes, calls = ((stage.tp_allreduce_bwd_bytes, stage.tp_allreduce_bwd_calls) if backward
+                     else (stage.tp_allreduce_bytes, stage.tp_allreduce_calls))
+    if nbytes and len(stage.members) > 1:
         start = world.env.now
-        yield from ring_allreduce(world, list(stage.members), stage.tp_allreduce_bytes, stage.tp_allreduce_calls)
+        yield from ring_allreduce(world, list(stage.members), nbytes, calls)
         for gpu in stage.members:
             rec.span(gpu, name, start, "sync")
 
@@ -99,7 +103,7 @@ def _forward(world, rec, sync, stage: Stage, mb: int):
 
 def _backward(world, rec, sync, stage: Stage, mb: int):
     yield from _compute(world, rec, stage, stage.bwd_s, f"B{mb}")
-    yield from _tp_allreduce(world, rec, stage, f"tp B{mb}")
+    yield from _tp_allreduce(world, rec, stage, f"tp B{mb}", backward=True)
     if stage.index == 0:
         rec.minibatch_done(stage.vw)
 
@@ -107,7 +111,7 @@ def _backward(world, rec, sync, stage: Stage, mb: int):
 def _backward_input(world, rec, sync, stage: Stage, mb: int):
     """Zero bubble's I: the input gradient, what the previous stage waits for."""
     yield from _compute(world, rec, stage, stage.bwd_s - stage.bwd_weight_s, f"I{mb}")
-    yield from _tp_allreduce(world, rec, stage, f"tp I{mb}")
+    yield from _tp_allreduce(world, rec, stage, f"tp I{mb}", backward=True)
 
 
 def _backward_weight(world, rec, sync, stage: Stage, mb: int):

@@ -224,9 +224,39 @@ def test_a_measured_profile_gets_megatrons_allreduce_bytes_and_the_saved_bytes_p
     # the loss's log-softmax (b, s, vocab) in fp32 is in the head's count
     assert profile.layers[-1].saved_bytes > 2 * TINY_GPT["seq_len"] * TINY_GPT["vocab_size"] * 4
     activation = 2 * TINY_GPT["seq_len"] * TINY_GPT["d_model"] * 4             # one fp32 (b, s, d)
-    assert [l.tp_allreduce_bytes for l in profile.layers] == [activation, 2 * activation, 2 * activation, 0, 0]
-    # modelzoo.tp's calls: the lookup's, and each block's after its two row-parallel products
-    assert [l.tp_allreduce_calls for l in profile.layers] == [1, 2, 2, 0, 0]
+    per_token = 3 * 2 * TINY_GPT["seq_len"] * 4      # the loss's row maxima, exponential sums, targets
+    assert [l.tp_allreduce_bytes for l in profile.layers] == [activation, 2 * activation, 2 * activation, 0,
+                                                              per_token]
+    assert [l.tp_bwd_bytes for l in profile.layers] == [0, 2 * activation, 2 * activation, 0, activation]
+    # modelzoo.tp's forward calls: the lookup's, each block's after its two row-parallel products, the loss's
+    assert [l.tp_calls for l in profile.layers] == [1, 2, 2, 0, 2]
+
+
+def test_the_counted_allreduce_calls_are_the_ones_modelzoo_tp_makes_in_each_pass():
+    from modelzoo.counting import counted_profile
+    model, ids = modelzoo.build("gpt2-small", batch=2, **TINY_GPT)
+    graph = modelzoo.layer_graph(model)
+    comm = TPComm(0, T)                          # no group: each all-reduce a copy, still recorded
+    split_stage(graph, 0, len(graph), comm)
+    # Layer by layer, each from a leaf as a pipeline stage gets it; the loss is the last layer's.
+    leaves, outputs, fwd = [], [], []
+    x = ids
+    for layer in graph.layers:
+        x = x.detach().requires_grad_(x.is_floating_point())
+        leaves.append(x)
+        outputs.append(x := layer(x))
+        fwd.append(len(comm.drain()))
+    loss = stage_loss(graph, len(graph))(outputs[-1], torch.zeros_like(ids))
+    fwd[-1] += len(comm.drain())
+    loss.backward()
+    bwd = [len(comm.drain())]
+    for i in reversed(range(len(graph) - 1)):
+        outputs[i].backward(leaves[i + 1].grad)
+        bwd.insert(0, len(comm.drain()))
+    # The lookup's forward only; two each way a block; the head's loss two forward, its input's one back.
+    assert (fwd, bwd) == ([1, 2, 2, 0, 2], [0, 2, 2, 0, 1])
+    counted = counted_profile("gpt2-small", 2, **TINY_GPT)[0].layers
+    assert [l.tp_calls for l in counted] == fwd and [l.tp_bwd_calls for l in counted] == bwd
 
 
 def test_a_collective_latency_is_what_a_call_takes_beyond_its_rings_messages():
@@ -255,8 +285,11 @@ def test_validate_compares_a_tp_plan_member_by_member():
     # One all-reduce call measured now; what it took beyond its messages is the link's collective latency.
     call = measurement.training["tp_allreduce_call_s"]
     link = inputs["cluster"].nodes[0].intra_link
-    activation = plan.minibatch_size * TINY_GPT["seq_len"] * TINY_GPT["d_model"] * 4      # bytes a call
-    assert call > 0 and link.collective_latency_s == pytest.approx(max(0.0, call - 2 * (5e-5 + activation / 2 / 2e9)))
+    # The probe's call moves the mean bytes of a minibatch's calls: ten of one activation (the lookup's,
+    # four a block, the head's input gradient) and the loss's two of 12 bytes a token between them.
+    tokens = plan.minibatch_size * TINY_GPT["seq_len"]
+    per_call = (10 * tokens * TINY_GPT["d_model"] * 4 + 12 * tokens) // 12
+    assert call > 0 and link.collective_latency_s == pytest.approx(max(0.0, call - 2 * (5e-5 + per_call / 2 / 2e9)))
     work = measurement.training["predicted_work_s_per_minibatch"]
     assert work["host/gpu1"] == work["host/gpu2"] > 0                 # the stage's work over 2
     metrics = [r.metric for r in compare_reports(prediction, measurement) + work_rows(measurement)]

@@ -15,6 +15,7 @@ first MLP product and the two masks stay whole in a tensor-parallel group: 10sbh
 
 import pytest
 import torch
+from torch import nn
 from torch.utils._pytree import tree_flatten
 
 from modelzoo import build, layer_graph
@@ -127,10 +128,14 @@ def test_gpt_block_saves_korthikantis_closed_form_with_a_fused_attention_kernel(
         assert saved == 138_575_872
         assert layer.tp_allreduce_bytes == 2 * layer.output_bytes
         assert layer.tp_allreduce_calls == 2        # after attention's output projection and the MLP's
+        assert (layer.tp_bwd_bytes, layer.tp_bwd_calls) == (2 * layer.output_bytes, 2)  # QKV's and fc1's inputs
     embed, norm, head = profile.layers[0], profile.layers[-2], profile.layers[-1]
     assert embed.tp_allreduce_bytes == embed.output_bytes and embed.tp_allreduce_calls == 1
-    assert norm.tp_allreduce_bytes == head.tp_allreduce_bytes == 0
-    assert norm.tp_allreduce_calls == head.tp_allreduce_calls == 0
+    assert embed.tp_bwd_bytes == embed.tp_bwd_calls == 0            # ids have no gradient
+    assert norm.tp_allreduce_bytes == norm.tp_bwd_bytes == 0
+    # The vocabulary-parallel loss: each token's maximum, then its exponential sum and target (FP32).
+    assert (head.tp_allreduce_bytes, head.tp_calls) == (3 * 2048 * 4, 2)
+    assert (head.tp_bwd_bytes, head.tp_bwd_calls) == (norm.output_bytes, 1)
     # token and position ids (int64) and the dropout mask; all whole in a TP group
     assert embed.saved_bytes == embed.saved_replicated_bytes == 8 * 2048 + 8 * 2048 + 2048 * 1024
 
@@ -146,6 +151,25 @@ def test_llama_block_keeps_the_gqa_swiglu_form():
     assert layer.saved_bytes == whole + split
     assert layer.saved_replicated_bytes == whole
     assert layer.tp_allreduce_bytes == 2 * layer.output_bytes
+    # Q, K and V (and SwiGLU's gate and up) take one normalised input: one gradient all-reduce each
+    assert (layer.tp_bwd_bytes, layer.tp_bwd_calls) == (2 * layer.output_bytes, 2)
+
+
+def test_a_column_row_pair_all_reduces_once_each_way_and_a_model_input_sends_no_gradient():
+    pair = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 16))       # Megatron's MLP split
+    x = torch.zeros(4, 16, device="meta")
+    inner, _ = layer_saved(pair.to("meta"), [x.requires_grad_(True)])
+    assert (inner.tp_allreduce_bytes, inner.tp_allreduce_calls) == (4 * 16 * 4, 1)       # g after the row product
+    assert (inner.tp_allreduce_bwd_bytes, inner.tp_allreduce_bwd_calls) == (4 * 16 * 4, 1)  # f before the column one
+    first, _ = layer_saved(pair, [torch.zeros(4, 16, device="meta")])                # the model's input: no grad
+    assert (first.tp_allreduce_bwd_bytes, first.tp_allreduce_bwd_calls) == (0, 0)
+
+
+def test_a_linear_whose_output_stays_split_all_reduces_nothing():
+    # mlp's layers are lone Linears and ReLUs: only the last, a vocabulary-parallel head, communicates.
+    profile, _ = counted_profile("mlp", 2)
+    assert all(l.tp_allreduce_bytes == l.tp_bwd_bytes == 0 for l in profile.layers[:-1])
+    assert (profile.layers[-1].tp_calls, profile.layers[-1].tp_bwd_calls) == (2, 1)
 
 
 def test_saved_bytes_scale_linearly_with_batch():
@@ -164,7 +188,10 @@ def test_layers_without_weight_products_keep_all_saved_bytes_whole():
     # bytes, each member keeps whole).
     head = profile.layers[-1]
     assert head.saved_bytes - head.saved_replicated_bytes == 2 * 1000 * 4 + 2 * 8
-    assert all(l.tp_allreduce_bytes == 0 for l in profile.layers)
+    # Only the last Linear splits (column-parallel), and its loss is then vocabulary-parallel.
+    assert all(l.tp_allreduce_bytes == l.tp_bwd_bytes == 0 for l in profile.layers[:-1])
+    assert (head.tp_allreduce_bytes, head.tp_calls) == (3 * 2 * 4, 2)
+    assert (head.tp_bwd_bytes, head.tp_bwd_calls) == (2 * 512 * 4, 1)
     relu = next(l for l in profile.layers if l.kind == "ReLU")
     assert relu.saved_bytes == relu.output_bytes                       # threshold_backward keeps the result
 

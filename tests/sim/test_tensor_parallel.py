@@ -68,6 +68,28 @@ def test_each_allreduce_call_pays_its_steps_latency_and_the_links_collective_lat
     assert Topology(c).tp_pass_s("node0", t, nbytes, calls) == pytest.approx(per_pass, rel=1e-12)
 
 
+def test_a_lookup_all_reduces_only_forward_and_a_head_only_backward():
+    # Megatron's split: a vocabulary-parallel lookup (g: forward only) on stage 0, a column-parallel
+    # head (f: its input's gradient, backward only) on stage 1. Each stage's passes pay their own ring.
+    t, nbytes, bw = 2, 4_000_000, 1e9
+    c = cluster([2 * t], intra_Bps=bw)
+    base = profile(2, 0.010, 0.020)
+    p = replace(base, layers=(replace(base.layers[0], tp_allreduce_bytes=nbytes, tp_allreduce_bwd_bytes=0),
+                              replace(base.layers[1], tp_allreduce_bwd_bytes=3 * nbytes, tp_allreduce_bwd_calls=3)))
+    assert [p.stage_tp_allreduce_bytes(0, 2, backward) for backward in (False, True)] == [nbytes, 3 * nbytes]
+    assert [p.stage_tp_allreduce_calls(0, 2, backward) for backward in (False, True)] == [1, 3]
+    ring_s = lambda b: 2 * (t - 1) * (b / t) / bw
+    lookup, head = ring_s(nbytes), ring_s(3 * nbytes)
+    plan = tp_plan([[["node0/gpu0", "node0/gpu1"], ["node0/gpu2", "node0/gpu3"]]], [0, 1, 2], nm=1)
+    report = run(c, p, plan, waves=5)
+    # One minibatch in flight at a time (nm 1, free activation transfers between the stages).
+    per_minibatch = 2 * (0.010 + 0.020) / t + lookup + head
+    assert report.throughput["minibatches_per_s"] == pytest.approx(1 / per_minibatch, rel=1e-6)
+    from hetsim.topology import Topology
+    both = Topology(c).tp_passes_s("node0", t, p, 0, 2)
+    assert both == pytest.approx(lookup + head, rel=1e-12)
+
+
 def test_a_profile_without_call_counts_makes_one_call_per_layer_with_bytes():
     base = profile(3, 0.010, 0.020)
     layers = (replace(base.layers[0], tp_allreduce_bytes=10), replace(base.layers[1], tp_allreduce_bytes=10,
