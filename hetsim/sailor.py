@@ -143,6 +143,9 @@ def _read_plan(path: Path) -> SailorRun:
             except (TypeError, IndexError, ValueError, KeyError):
                 raise SpecError(f"{at}.tmp_per_stage[{s}][{r}]: expected "
                                 f"[[[gpu_type, gpus_per_node, zone]], tp], got {item!r}") from None
+            if len(item[0]) != 1:
+                raise SpecError(f"{at}.tmp_per_stage[{s}][{r}]: a tensor-parallel group over {len(item[0])} "
+                                "machines (Metis's form); hetsim's tensor-parallel groups lie in one node")
             if not (_whole(per_node) and _whole(tp)):
                 raise SpecError(f"{at}.tmp_per_stage[{s}][{r}]: gpus_per_node and tp must be whole numbers, "
                                 f"got {per_node!r} and {tp!r}")

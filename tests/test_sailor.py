@@ -240,6 +240,10 @@ def _set(path: list, value):
     (["real"], float("nan"), r"real: expected a measured figure > 0, got nan"),
     (["max_mem"], -1, r"max_mem: expected a measured figure > 0"),
     (["N"], 3, r"N: 3 nodes, but the plan's groups take 4"),
+    (["pipeline_list", 0, "tmp_per_stage", 0, 0, 0],
+     [["RTX-3090", 4, "us-central1-a"], ["RTX-3090", 4, "us-central1-a"]],
+     r"tmp_per_stage\[0\]\[0\]: a tensor-parallel group over 2 machines"),
+    (["pipeline_list"], [], r"pipeline_list: expected one pipeline, got 0"),
 ])
 def test_a_malformed_sailor_plan_is_one_line_naming_the_file_and_field(tmp_path, path, value, message):
     plan = json.loads((MIT / "plan_config_N4_D2.json").read_text())
