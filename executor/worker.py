@@ -13,6 +13,7 @@ import torch.distributed as dist
 
 import modelzoo
 from modelzoo.allocator import steady_allocator
+from modelzoo.profiler import math_mode
 from modelzoo.tasks import Task, task_of
 from modelzoo.tp import TPComm, split_stage, stage_loss, unsplittable
 from executor.checkpoint import last_common_wave, load_stage, save_stage
@@ -80,6 +81,9 @@ def job_layout(job: Job, n_layers: int) -> RankLayout:
 
 
 def _check_supported(job: Job) -> None:
+    if job.plan.precision not in ("fp32", "tf32"):
+        raise PlanError(f"plan {job.plan.name}: precision {job.plan.precision}: the executor trains with FP32 "
+                        "weights and activations (mixed precision is not implemented); run the plan at fp32 or tf32")
     if job.options.checkpoint_dir and (job.plan.schedule in ASYNC_SCHEDULES
                                        or any(vw.chunks > 1 for vw in job.plan.virtual_workers)
                                        or job.plan.sync.mode not in ("none", "bsp")):
@@ -151,8 +155,14 @@ def layer_values(graph, example: torch.Tensor) -> dict:
 
 
 def run_rank(rank: int, job: Job, record: RankRecord) -> RankRecord:
-    """Everything one rank does between process-group start and the gather of records."""
+    """Everything one rank does between process-group start and the gather of records, its matrix
+    products in the plan's math (TF32 on CUDA for tf32, off for fp32), as the profiler measures them."""
     _check_supported(job)
+    with math_mode(job.plan.precision):
+        return _run_rank(rank, job, record)
+
+
+def _run_rank(rank: int, job: Job, record: RankRecord) -> RankRecord:
     steady_allocator()                  # as the profiler does, so both time the same work
     torch.set_num_threads(job.options.threads)
     graph, values, task = _model(job)

@@ -44,7 +44,7 @@ from hetsim.data import data_root
 from hetsim.errors import SpecError
 from hetsim.fields import read_document
 from hetsim.gpu import KERNEL_CLASSES, GpuType
-from hetsim.plan import PRECISIONS
+from hetsim.plan import ELEMENT_BYTES, PRECISIONS
 from hetsim.profile import LayerProfile, ModelProfile
 
 __all__ = ["LayerCost", "Efficiency", "load_efficiencies", "pass_time_s", "derive_profile", "calibrate",
@@ -70,7 +70,6 @@ OP_CLASS = {**dict.fromkeys(("mm", "addmm", "convolution", "_convolution", "conv
             **dict.fromkeys(("native_layer_norm", "native_layer_norm_backward", "native_batch_norm",
                              "_native_batch_norm_legit", "native_batch_norm_backward", "native_group_norm",
                              "native_group_norm_backward", "_fused_rms_norm", "_fused_rms_norm_backward"), "norm")}
-ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2}     # per activation/weight element moved
 
 
 @dataclass(frozen=True, kw_only=True)

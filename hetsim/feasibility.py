@@ -51,7 +51,8 @@ def vw_schedule(plan: Plan, vw: VirtualWorker, cluster: Cluster, profile: ModelP
             if s + 1 < len(vw.stages):
                 nxt = vw.stages[s + 1].gpu
                 comm = (topology.route(stage.gpu, nxt).latency_s
-                        + profile.cut_bytes(stage.layers[1]) / topology.bottleneck_Bps(stage.gpu, nxt))
+                        + profile.cut_bytes(stage.layers[1]) * plan.activation_scale
+                        / topology.bottleneck_Bps(stage.gpu, nxt))
             costs.append((fwd, bwd, comm))
         costs = tuple(costs)
     return build_schedule(plan.schedule, vw.n_devices, plan.nm, waves, plan.sync.mode, costs, vw.chunks)

@@ -17,13 +17,14 @@ from hetsim.outputs import write_text
 from hetsim.schedule.registry import ASYNC_SCHEDULES, SCHEDULES, schedule_kind
 
 __all__ = ["StageSpec", "VirtualWorker", "SyncSpec", "Plan", "load_plan", "save_plan",
-           "SCHEDULES", "SYNC_MODES", "ASYNC_SCHEDULES", "PRECISIONS", "OPTIMIZERS"]
+           "SCHEDULES", "SYNC_MODES", "ASYNC_SCHEDULES", "PRECISIONS", "ELEMENT_BYTES", "OPTIMIZERS"]
 
 SYNC_MODES = ("none", "wsp", "bsp", "sdpipe")
 # Training precision. fp32: FP32 math on CUDA cores (TF32 off); tf32: FP32 storage, GEMMs in TF32 on
 # tensor cores; fp16 / bf16: mixed precision, activations and GEMMs in 16 bit on tensor cores, with
 # FP32 master weights in the optimizer (hetsim.memory counts the bytes of each).
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2}     # per activation/weight element moved
 # Optimizer state per parameter: sgd none, momentum one buffer, adam/adamw two (exp_avg, exp_avg_sq).
 OPTIMIZERS = ("sgd", "momentum", "adam", "adamw")
 
@@ -110,6 +111,12 @@ class Plan:
     # that lists its transfers (1f1b-deepspeed) it replaces the rendezvous: a send starts when its
     # sender reaches it and holds the sender alone; the receiver waits only for the data.
     blocking_p2p: bool = False
+
+    @property
+    def activation_scale(self) -> float:
+        """Bytes an activation or its gradient takes on a link at the plan's precision, per byte a
+        profile counts (profiles count them at FP32). Data-parallel gradients stay FP32 (main grads)."""
+        return ELEMENT_BYTES[self.precision] / 4
 
     @property
     def gpus(self) -> list[str]:

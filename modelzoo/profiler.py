@@ -46,7 +46,7 @@ from modelzoo.graph import fp32_nbytes
 from modelzoo.tasks import Task, task_of
 from modelzoo.tasks import loss as task_loss
 
-__all__ = ["measure_profile", "measure_graph_profile", "whole_model_forward_s"]
+__all__ = ["measure_profile", "measure_graph_profile", "whole_model_forward_s", "math_mode"]
 
 
 def measure_profile(model: str, batch: int, *, device: str = "cpu", device_type: str = "cpu",
@@ -91,7 +91,7 @@ def measure_graph_profile(graph: LayerGraph, example: torch.Tensor, *, model: st
     if task is not None and loss:
         labels = task.random_batch(int(example.shape[0]), torch.Generator().manual_seed(0))[1].to(example.device)
     steady_allocator()                    # time the steady state a training process reaches
-    with _threads(threads), _math(precision):
+    with _threads(threads), math_mode(precision):
         graph.layers.train()
         fwd, bwd, outputs = _passes(graph, example, labels, repeats, warmup,
                                     f"profiling {model}" if progress else None)
@@ -118,7 +118,7 @@ def _check_precision(precision: str | None) -> None:
 
 
 @contextmanager
-def _math(precision: str | None) -> Iterator[None]:
+def math_mode(precision: str | None) -> Iterator[None]:
     """TF32 for matrix products and convolutions on (tf32) or off (any other precision) while measuring,
     then as before; None changes nothing. Torch 2.9 on has a new switch that refuses to be mixed with
     the old one once set, so the new one is used where it exists."""

@@ -206,11 +206,12 @@ def plan_partitions(plan, cluster, profile) -> list[VwPartition]:
             times = profile.stage_times_tp(cluster.gpu(stage.gpu).type.name, lo, hi, stage.tp)
             ring = 0.0
             if stage.tp > 1 and not times.measured_tp:
-                ring = topology.tp_passes_s(topology.node_of(stage.gpu), stage.tp, profile, lo, hi)
+                ring = topology.tp_passes_s(topology.node_of(stage.gpu), stage.tp, profile, lo, hi,
+                                            plan.activation_scale)
             compute.append(times.fwd_s + times.bwd_s + ring)
             if s + 1 < len(vw.stages):
                 nxt = vw.stages[s + 1].gpu
-                nbytes.append(profile.cut_bytes(hi))
+                nbytes.append(int(profile.cut_bytes(hi) * plan.activation_scale))
                 transfer.append(topology.route(stage.gpu, nxt).latency_s
                                 + nbytes[-1] / topology.bottleneck_Bps(stage.gpu, nxt))
         stage_s = stage_seconds(compute, transfer, plan.schedule, plan.blocking_p2p)

@@ -140,6 +140,7 @@ def _add_devices(world: World, cluster: Cluster, options: SimOptions) -> None:
 def _build_stages(world: World, plan: Plan, profile: ModelProfile, rec: Recorder) -> list[list[Stage]]:
     """A Stage per plan stage (virtual stage, under interleaved schedules), in plan order."""
     kind = schedule_kind(plan.schedule)
+    wire = plan.activation_scale
     out = []
     for v, vw in enumerate(plan.virtual_workers):
         gpus = [s.gpu for s in vw.stages]
@@ -150,17 +151,19 @@ def _build_stages(world: World, plan: Plan, profile: ModelProfile, rec: Recorder
             times = profile.stage_times_tp(slot.type.name, lo, hi, spec.tp)
             row.append(Stage(vw=v, index=s, n_stages=len(gpus), gpu=spec.gpu,
                              device=world.devices[spec.gpu], layers=spec.layers, fwd_s=times.fwd_s,
-                             bwd_s=times.bwd_s, out_bytes=profile.cut_bytes(hi), in_bytes=profile.cut_bytes(lo),
+                             bwd_s=times.bwd_s, out_bytes=int(profile.cut_bytes(hi) * wire),
+                             in_bytes=int(profile.cut_bytes(lo) * wire),
                              param_bytes=profile.stage_param_bytes(lo, hi),
                              prev_gpu=gpus[s - 1] if s else None,
                              next_gpu=gpus[s + 1] if s + 1 < len(gpus) else None,
                              nm=plan.nm, asynchronous=kind.asynchronous,
                              members=spec.members,
                              member_devices=tuple(world.devices[g] for g in spec.members) if spec.tp > 1 else (),
-                             tp_allreduce_bytes=0 if times.measured_tp else profile.stage_tp_allreduce_bytes(lo, hi),
+                             tp_allreduce_bytes=0 if times.measured_tp
+                             else int(profile.stage_tp_allreduce_bytes(lo, hi) * wire),
                              tp_allreduce_calls=profile.stage_tp_allreduce_calls(lo, hi),
                              tp_allreduce_bwd_bytes=0 if times.measured_tp
-                             else profile.stage_tp_allreduce_bytes(lo, hi, backward=True),
+                             else int(profile.stage_tp_allreduce_bytes(lo, hi, backward=True) * wire),
                              tp_allreduce_bwd_calls=profile.stage_tp_allreduce_calls(lo, hi, backward=True),
                              update_s=times.update_s,
                              bwd_weight_s=times.bwd_s * WEIGHT_GRAD_FRACTION if kind.split_backward else 0.0,

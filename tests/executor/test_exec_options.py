@@ -49,6 +49,15 @@ def test_a_job_that_cannot_run_is_refused_before_any_rank_starts(kwargs, message
         make_job(args.pop("plan"), args.pop("cluster"), **args)
 
 
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_a_mixed_precision_plan_is_refused_before_any_rank_starts(precision):
+    from dataclasses import replace
+    from hetsim.plan import load_plan
+    plan = replace(load_plan(PLAN), precision=precision)
+    with pytest.raises(HetsimError, match=f"precision {precision}: the executor trains with FP32 weights"):
+        make_job(plan, "cpu_host")
+
+
 def test_an_output_folder_that_cannot_be_written_is_refused_before_the_run(tmp_path):
     (tmp_path / "file").write_text("")
     with pytest.raises(HetsimError, match=r"^out .*file.*: .*is a file, not a folder"):

@@ -90,6 +90,25 @@ def test_a_lookup_all_reduces_only_forward_and_a_head_only_backward():
     assert both == pytest.approx(lookup + head, rel=1e-12)
 
 
+@pytest.mark.parametrize("precision, wire", [("fp32", 4), ("tf32", 4), ("bf16", 2), ("fp16", 2)])
+def test_activations_and_tp_all_reduces_cross_links_in_the_plans_precision(precision, wire):
+    # Profiles count activations at FP32; a 16-bit plan sends 2 bytes an element between stages and
+    # in its TP all-reduces. Two TP-2 stages, one minibatch in flight: compute, then each transfer alone.
+    t, nbytes, bw = 2, 8_000_000, 1e9
+    c = cluster([2, 2], intra_Bps=bw, net_Bps=bw)
+    base = profile(2, 0.010, 0.020, out_bytes=nbytes)
+    p = replace(base, layers=tuple(replace(l, tp_allreduce_bytes=nbytes) for l in base.layers))
+    plan = replace(tp_plan([[["node0/gpu0", "node0/gpu1"], ["node1/gpu0", "node1/gpu1"]]], [0, 1, 2], nm=1),
+                   precision=precision)
+    report = run(c, p, plan, waves=5)
+    moved = nbytes * wire / 4
+    ring = 2 * (t - 1) * (moved / t) / bw
+    per_minibatch = 2 * (0.010 + 0.020) / t + 4 * ring + 2 * moved / bw   # 4 passes' rings; act + grad
+    assert report.throughput["minibatches_per_s"] == pytest.approx(1 / per_minibatch, rel=1e-6)
+    from hetsim.planner.estimate import plan_partitions
+    assert plan_partitions(plan, c, p)[0].transfer_bytes == (int(moved),)
+
+
 def test_a_profile_without_call_counts_makes_one_call_per_layer_with_bytes():
     base = profile(3, 0.010, 0.020)
     layers = (replace(base.layers[0], tp_allreduce_bytes=10), replace(base.layers[1], tp_allreduce_bytes=10,
