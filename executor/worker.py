@@ -83,7 +83,8 @@ def job_layout(job: Job, n_layers: int) -> RankLayout:
 def _check_supported(job: Job) -> None:
     if job.plan.precision not in ("fp32", "tf32"):
         raise PlanError(f"plan {job.plan.name}: precision {job.plan.precision}: the executor trains with FP32 "
-                        "weights and activations (mixed precision is not implemented); run the plan at fp32 or tf32")
+                        "weights and activations (mixed precision is not implemented); run the plan at fp32 "
+                        "or tf32")
     if job.options.checkpoint_dir and (job.plan.schedule in ASYNC_SCHEDULES
                                        or any(vw.chunks > 1 for vw in job.plan.virtual_workers)
                                        or job.plan.sync.mode not in ("none", "bsp")):
