@@ -206,7 +206,8 @@ def validate_plan(plan: Plan, *, model: str | None = None, model_kwargs: dict | 
 
     def host_profile() -> ModelProfile:
         measured = with_counted_bytes(given or _profile(model, plan.minibatch_size, profile_repeats,
-                                                        model_kwargs or {}, device), model, model_kwargs or {})
+                                                        model_kwargs or {}, device, plan.precision),
+                                      model, model_kwargs or {})
         return with_optimizer_costs(measured, optimizer_seconds(
             model, schedule=plan.schedule, nm=plan.nm, wsp=plan.sync.mode == "wsp", bsp=plan.sync.mode == "bsp",
             model_kwargs=model_kwargs, device=device), key)
@@ -403,13 +404,15 @@ def _host_now(plan: Plan, model: str, model_kwargs, slowdown, cores, link_Bps, l
                         round(colocated_work, 3)), handoff
 
 
-def _profile(model: str, batch: int, repeats: int, model_kwargs: dict, device: str) -> ModelProfile:
-    """Per-layer seconds on this host: thread CPU seconds on CPU, CUDA events on a GPU (key "cuda")."""
+def _profile(model: str, batch: int, repeats: int, model_kwargs: dict, device: str,
+             precision: str = "fp32") -> ModelProfile:
+    """Per-layer seconds on this host: thread CPU seconds on CPU, CUDA events on a GPU (key "cuda"), the
+    latter in the plan's math (TF32 on or off), as the executor's ranks run it."""
     if device == "cpu":
         return cpu_time_profile(model, batch, repeats, model_kwargs)
     import modelzoo.profiler as profiler
     return profiler.measure_profile(model, batch, device=device, device_type="cuda", threads=1, repeats=repeats,
-                                    **model_kwargs)
+                                    precision=precision, **model_kwargs)
 
 
 def bracketed(before: ModelProfile, after: ModelProfile, plan: Plan, cluster: Cluster, waves: int) -> ModelProfile:

@@ -115,7 +115,9 @@ class Plan:
     @property
     def activation_scale(self) -> float:
         """Bytes an activation or its gradient takes on a link at the plan's precision, per byte a
-        profile counts (profiles count them at FP32). Data-parallel gradients stay FP32 (main grads)."""
+        profile counts (profiles count them at FP32). Data-parallel gradients stay FP32 (main grads);
+        a vocabulary-parallel loss's per-token values, FP32 in Megatron, are scaled with the rest (a few
+        bytes a token beside a block's thousands)."""
         return ELEMENT_BYTES[self.precision] / 4
 
     @property

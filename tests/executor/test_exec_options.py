@@ -53,9 +53,12 @@ def test_a_job_that_cannot_run_is_refused_before_any_rank_starts(kwargs, message
 def test_a_mixed_precision_plan_is_refused_before_any_rank_starts(precision):
     from dataclasses import replace
     from hetsim.plan import load_plan
+    from executor.launch import check_job_plan
     plan = replace(load_plan(PLAN), precision=precision)
     with pytest.raises(HetsimError, match=f"precision {precision}: the executor trains with FP32 weights"):
         make_job(plan, "cpu_host")
+    with pytest.raises(HetsimError, match=f"precision {precision}"):       # validate's check before measuring
+        check_job_plan(plan, None, plan.model)
 
 
 def test_an_output_folder_that_cannot_be_written_is_refused_before_the_run(tmp_path):
