@@ -23,10 +23,10 @@ from executor.layout import RankLayout
 from executor.measure import build_measured_report
 from executor.options import ExecOptions
 from executor.record import RankRecord
-from executor.worker import Job, _check_supported, check_precision, check_tp_layers, job_layout, run_rank
+from executor.worker import Job, _check_supported, check_tp_layers, job_layout, run_rank
 from hetsim.cluster import Cluster, load_cluster
 from hetsim.data import loaded
-from hetsim.errors import HetsimError
+from hetsim.errors import HetsimError, PlanError
 from hetsim.feasibility import check_structure
 from hetsim.plan import Plan, load_plan
 from hetsim.profile import ModelProfile
@@ -65,8 +65,12 @@ def check_job_plan(plan: Plan, cluster: Cluster | None, model: str, model_kwargs
     """The plan rules simulate and plan enforce (hetsim.feasibility.check_structure), against the
     model's own layer count, before any rank starts: a plan whose stages stopped short of the last
     layer once trained a truncated model without a word. The model is built on the meta device
-    (no weights), so this takes well under a second. And the precision the executor trains at."""
-    check_precision(plan)
+    (no weights), so this takes well under a second. make_job calls it for every Job, so the
+    precision the executor trains at (FP32 weights and activations, fp32 or tf32 math) is checked here."""
+    if plan.precision not in ("fp32", "tf32"):
+        raise PlanError(f"plan {plan.name}: precision {plan.precision}: the executor trains with FP32 "
+                        "weights and activations (mixed precision is not implemented); run the plan at fp32 "
+                        "or tf32")
     for name, value in (model_kwargs or {}).items():
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise HetsimError(f"model_kwargs: {name}={value!r}: a model's sizes are whole numbers >= 1")

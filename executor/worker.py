@@ -35,7 +35,7 @@ from hetsim.plan import ASYNC_SCHEDULES, Plan
 from hetsim.profile import ModelProfile
 from hetsim.schedule import Action, Schedule, schedule_kind
 
-__all__ = ["Job", "run_rank", "job_layout", "layer_values", "check_tp_layers", "check_precision"]
+__all__ = ["Job", "run_rank", "job_layout", "layer_values", "check_tp_layers"]
 
 
 def _saver(directory: str, rank: int, r: StageRank):
@@ -80,16 +80,7 @@ def job_layout(job: Job, n_layers: int) -> RankLayout:
     return rank_layout(job.plan, len(_shards(job, n_layers)) if job.plan.sync.mode == "wsp" else 0)
 
 
-def check_precision(plan: Plan) -> None:
-    """The executor trains with FP32 weights and activations: fp32 or tf32 math, no mixed precision."""
-    if plan.precision not in ("fp32", "tf32"):
-        raise PlanError(f"plan {plan.name}: precision {plan.precision}: the executor trains with FP32 "
-                        "weights and activations (mixed precision is not implemented); run the plan at fp32 "
-                        "or tf32")
-
-
 def _check_supported(job: Job) -> None:
-    check_precision(job.plan)
     if job.options.checkpoint_dir and (job.plan.schedule in ASYNC_SCHEDULES
                                        or any(vw.chunks > 1 for vw in job.plan.virtual_workers)
                                        or job.plan.sync.mode not in ("none", "bsp")):
