@@ -40,11 +40,14 @@ def test_threads_are_set_for_the_measurement_and_restored():
 def test_sum_of_layer_forward_times_is_within_15_percent_of_a_whole_model_forward():
     model, x = build("vgg11", batch=4, image_size=64)
     graph = layer_graph(model)
-    # Minimum of the passes on both sides: other jobs on a shared machine only ever add time.
-    profile = measure_graph_profile(graph, x, repeats=5, warmup=1, threads=1, statistic="min")
-    layers_s = sum(l.fwd_s["cpu"] for l in profile.layers)
-    whole_s = whole_model_forward_s(graph, x, repeats=5, warmup=1, threads=1, statistic="min")
-    assert layers_s == pytest.approx(whole_s, rel=0.15)
+    # Rounds interleave the two measurements so that a slow spell on a shared machine falls on both
+    # sides; the minimum over them estimates the uncontended time (other jobs only ever add time).
+    layers_s, whole_s = [], []
+    for _ in range(4):
+        profile = measure_graph_profile(graph, x, repeats=3, warmup=1, threads=1, statistic="min")
+        layers_s.append(sum(l.fwd_s["cpu"] for l in profile.layers))
+        whole_s.append(whole_model_forward_s(graph, x, repeats=3, warmup=1, threads=1, statistic="min"))
+    assert min(layers_s) == pytest.approx(min(whole_s), rel=0.15)
 
 
 def test_bad_repeat_counts_are_rejected():
