@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hetsim.plan import activation_scale
 from hetsim.profile import ModelProfile
 from hetsim.units import GIB
 
@@ -46,6 +47,11 @@ class MemorySettings:
     def of(cls, plan) -> "MemorySettings":
         return cls(optimizer=plan.optimizer, optimizer_state_copies=plan.optimizer_state_copies,
                    precision=plan.precision, recompute=plan.recompute)
+
+    @property
+    def activation_scale(self) -> float:
+        """As `Plan.activation_scale`: activations move at the precision's element size."""
+        return activation_scale(self.precision)
 
 
 @dataclass(frozen=True, kw_only=True)

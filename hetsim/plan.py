@@ -17,7 +17,8 @@ from hetsim.outputs import write_text
 from hetsim.schedule.registry import ASYNC_SCHEDULES, SCHEDULES, schedule_kind
 
 __all__ = ["StageSpec", "VirtualWorker", "SyncSpec", "Plan", "load_plan", "save_plan",
-           "SCHEDULES", "SYNC_MODES", "ASYNC_SCHEDULES", "PRECISIONS", "ELEMENT_BYTES", "OPTIMIZERS"]
+           "SCHEDULES", "SYNC_MODES", "ASYNC_SCHEDULES", "PRECISIONS", "ELEMENT_BYTES", "OPTIMIZERS",
+           "activation_scale"]
 
 SYNC_MODES = ("none", "wsp", "bsp", "sdpipe")
 # Training precision. fp32: FP32 math on CUDA cores (TF32 off); tf32: FP32 storage, GEMMs in TF32 on
@@ -27,6 +28,12 @@ PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2}     # per activation/weight element moved
 # Optimizer state per parameter: sgd none, momentum one buffer, adam/adamw two (exp_avg, exp_avg_sq).
 OPTIMIZERS = ("sgd", "momentum", "adam", "adamw")
+
+
+def activation_scale(precision: str) -> float:
+    """Bytes an activation or its gradient takes on a link at `precision`, per byte a profile counts
+    (profiles count them at FP32)."""
+    return ELEMENT_BYTES[precision] / 4
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,7 +125,7 @@ class Plan:
         profile counts (profiles count them at FP32). Data-parallel gradients stay FP32 (main grads);
         a vocabulary-parallel loss's per-token values, FP32 in Megatron, are scaled with the rest (a few
         bytes a token beside a block's thousands)."""
-        return ELEMENT_BYTES[self.precision] / 4
+        return activation_scale(self.precision)
 
     @property
     def gpus(self) -> list[str]:

@@ -170,6 +170,18 @@ def test_plan_and_profile_make_their_output_files_folders(capsys, tmp_path):
     assert (tmp_path / "a" / "b" / "plan.json").stat().st_size and (tmp_path / "c" / "p.yaml").stat().st_size
 
 
+def test_plan_writes_the_precision_optimizer_and_recomputation_it_planned_for(capsys, tmp_path):
+    out = tmp_path / "plan.json"
+    code, text, err = run_cli(capsys, "plan", "--cluster", "hetpipe_4node", "--model", "vgg19_b32_analytic",
+                              "--jobs", "1", "--quiet", "--nm", "2", "--precision", "bf16", "--optimizer", "adam",
+                              "--recompute", "--out", str(out))
+    assert code == 0 and "(minibatch 32, bf16, adam, recompute)" in text, err
+    written = json.loads(out.read_text())
+    assert (written["precision"], written["optimizer"], written["recompute"]) == ("bf16", "adam", True)
+    one_line_error(*run_cli(capsys, "plan", "--cluster", "hetpipe_4node", "--model", "vgg19_b32_analytic",
+                            "--optimizer", "lamb"), "--optimizer", "lamb")
+
+
 def test_profile_refuses_an_unknown_device_in_one_line(capsys, tmp_path):
     one_line_error(*run_cli(capsys, "profile", "--model", "mlp", "--device", "tpu", "--out", str(tmp_path / "p.yaml")),
                    "--device tpu: expected cpu, cuda or cuda:N")

@@ -10,7 +10,7 @@ from hetsim.cli.progress import add_quiet, progress_factory
 from hetsim.errors import HetsimError
 from hetsim.memory import GIB
 from hetsim.report_sections import staleness_bounds
-from hetsim.plan import ASYNC_SCHEDULES, SCHEDULES
+from hetsim.plan import ASYNC_SCHEDULES, OPTIMIZERS, PRECISIONS, SCHEDULES
 from hetsim.schedule.registry import schedule_kind
 from hetsim.planner.search import SIM_MAX_GPUS
 
@@ -45,6 +45,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sync", default="wsp", choices=("wsp", "bsp", "sdpipe"),
                    help="how virtual workers synchronise: WSP parameter servers, BSP all-reduce (Horovod) or "
                    "SDPipe groups (default %(default)s)")
+    p.add_argument("--precision", default="fp32", choices=PRECISIONS,
+                   help="training precision of the plans: 16-bit halves activations in memory and on links and "
+                   "adds FP32 master weights (default %(default)s; layer times are the profile's, so profile "
+                   "at the same precision: hetsim profile --precision)")
+    p.add_argument("--optimizer", default=None, choices=OPTIMIZERS,
+                   help="optimizer whose state each stage keeps: sgd none, momentum one copy of the weights, "
+                   "adam/adamw two (default: one FP32 copy, as momentum)")
+    p.add_argument("--recompute", action="store_true",
+                   help="plans recompute activations in the backward pass: a stage keeps only each layer's input")
     p.add_argument("--slowdown", action="append", default=[], metavar="GPU=FACTOR",
                    help="plan for a GPU, or every GPU of a node, running slower: node2/gpu1=1.5 or node2=1.5 "
                    "(repeatable)")
@@ -129,7 +138,9 @@ def run(args: argparse.Namespace) -> int:
     from hetsim.sim.engine import check_length
     space = SearchSpace(policies=_policies(args.policies), nm_values=_ints(args.nm, "--nm", 1),
                         staleness_values=_ints(args.staleness, "--staleness", 0), tp_values=_ints(args.tp, "--tp", 1),
-                        schedule=_schedule(args), sync=args.sync, top_k=args.top if args.cost_model == "hetsim" else 1,
+                        schedule=_schedule(args), sync=args.sync, precision=args.precision,
+                        optimizer=args.optimizer, recompute=args.recompute,
+                        top_k=args.top if args.cost_model == "hetsim" else 1,
                         margin=args.margin if args.cost_model == "hetsim" else 0.0, waves=args.waves,
                         warmup_waves=min(2, args.waves - 1), jitter_cv=args.jitter, seed=args.seed,
                         workers=args.jobs or 0, scheduler=args.scheduler)
@@ -156,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
     if args.objective == "time-to-accuracy":
         from hetsim.convergence import rank_plans
         result, accuracy = rank_plans(result, cluster, profile, space, args.target_loss)
-    print(f"plan: {profile.model} (minibatch {profile.batch_size}) on {cluster.name} "
+    print(f"plan: {profile.model} (minibatch {profile.batch_size}, {_training(space)}) on {cluster.name} "
           f"({len(cluster.gpus)} GPUs): {len(result.candidates) + result.pruned} candidates "
           f"({result.pruned} below the listed ones by bound, not built), {result.simulated} simulated, "
           f"{wall:.1f} s{_what_if_note(args)}\n")
@@ -169,6 +180,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"\nwrote {args.out} (rank 1: {result.best.plan.name}); run it with "
               f"`hetsim simulate --cluster {args.cluster} --profile {args.model} --plan {args.out}{slowdown}`")
     return 0
+
+
+def _training(space) -> str:
+    optimizer = space.optimizer or "one optimizer copy"
+    return ", ".join([space.precision, optimizer] + (["recompute"] if space.recompute else []))
 
 
 def _what_if_note(args: argparse.Namespace) -> str:

@@ -23,7 +23,7 @@ import numpy as np
 
 from hetsim.cluster import GpuSlot
 from hetsim.errors import PlanError
-from hetsim.memory import GIB, stage_memory
+from hetsim.memory import GIB, MemorySettings, stage_memory
 from hetsim.plan import ASYNC_SCHEDULES
 from hetsim.profile import ModelProfile
 from hetsim.schedule.registry import schedule_kind
@@ -40,7 +40,8 @@ class VwPartition:
     boundaries: tuple[int, ...]
     compute_s: tuple[float, ...]         # forward + backward per minibatch, per stage
     transfer_s: tuple[float, ...]        # activations across each boundary between stages
-    transfer_bytes: tuple[int, ...]      # bytes of those activations (gradients: the same again)
+    transfer_bytes: tuple[int, ...]      # bytes of those activations at the precision's element size
+                                         # (gradients: the same again)
     param_bytes: tuple[int, ...]         # weights of each stage
     stage_s: tuple[float, ...]           # compute + transfers in and out
     memory_bytes: tuple[int, ...]
@@ -70,19 +71,21 @@ def in_flight(schedule: str, n_stages: int, stage: int, nm: int) -> int:
 
 
 def partition_ordered(profile: ModelProfile, gpus: list[GpuSlot], topology: Topology, *, nm: int,
-                      schedule: str = "hetpipe", optimizer_state_copies: int = 1,
+                      schedule: str = "hetpipe", memory: MemorySettings | None = None,
                       cache: dict | None = None, tp: int = 1) -> VwPartition:
     """The best contiguous split of every layer over `gpus` in this order (one stage per GPU, or per
-    tensor-parallel group of `tp` GPUs led by it: see `_compute`).
+    tensor-parallel group of `tp` GPUs led by it: see `_compute`). `memory` (default: FP32 with one
+    optimizer copy) sets what a stage keeps, as `hetsim.memory.stage_memory` counts it, and the bytes
+    an activation takes on a link (16-bit precisions move half the profile's FP32 bytes).
 
     `cache` (any dict) keeps per-GPU-type tables between calls on the same profile.
     """
-    cache = {} if cache is None else cache
-    _, bounds = _best_split(profile, gpus, topology, nm, schedule, optimizer_state_copies, cache, tp=tp)
-    return _describe(profile, gpus, bounds, topology, nm, schedule, optimizer_state_copies, cache, tp)
+    cache, memory = {} if cache is None else cache, memory or MemorySettings()
+    _, bounds = _best_split(profile, gpus, topology, nm, schedule, memory, cache, tp=tp)
+    return _describe(profile, gpus, bounds, topology, nm, schedule, memory, cache, tp)
 
 
-def _best_split(profile, gpus, topology, nm, schedule, optimizer_state_copies, cache,
+def _best_split(profile, gpus, topology, nm, schedule, memory: MemorySettings, cache,
                 lanes: list[list[GpuSlot]] | None = None, tp: int = 1) -> tuple[float, tuple]:
     """(slowest stage seconds, stage boundaries) of the DP; describing the split is left to the caller,
     which needs it for the best order only. With `lanes` (GPU lists of equal length, `gpus` among
@@ -106,11 +109,12 @@ def _best_split(profile, gpus, topology, nm, schedule, optimizer_state_copies, c
         starts = np.arange(n + 1)[rows]
         ends = np.arange(n - (k - 1 - s) + 1)              # leave a layer for every later GPU
         flight = in_flight(schedule, k, s, nm)
-        limit = _limit(profile, lanes[0][s], flight, schedule, optimizer_state_copies, cache, tp)
-        cand = _stage_matrix(profile, lanes[0], s, topology, cache, rows, len(ends), tp)
+        limit = _limit(profile, lanes[0][s], flight, schedule, memory, cache, tp)
+        cand = _stage_matrix(profile, lanes[0], s, topology, cache, rows, len(ends), tp, memory)
         for lane in lanes[1:]:
-            limit = np.minimum(limit, _limit(profile, lane[s], flight, schedule, optimizer_state_copies, cache, tp))
-            np.maximum(cand, _stage_matrix(profile, lane, s, topology, cache, rows, len(ends), tp), out=cand)
+            limit = np.minimum(limit, _limit(profile, lane[s], flight, schedule, memory, cache, tp))
+            np.maximum(cand, _stage_matrix(profile, lane, s, topology, cache, rows, len(ends), tp, memory),
+                       out=cand)
         np.maximum(cand, value[rows][:, None], out=cand)
         cand[(ends[None, :] <= starts[:, None]) | (ends[None, :] > limit[rows][:, None])] = np.inf
         pick = np.argmin(cand, axis=0)
@@ -118,7 +122,7 @@ def _best_split(profile, gpus, topology, nm, schedule, optimizer_state_copies, c
         value[ends] = cand[pick, ends]
         choice[s, ends] = starts[pick]
     if not np.isfinite(value[n]):
-        raise PlanError(_no_fit(profile, gpus, nm, schedule, optimizer_state_copies, tp))
+        raise PlanError(_no_fit(profile, gpus, nm, schedule, memory, tp))
     bounds = [n]
     for s in reversed(range(k)):
         bounds.append(int(choice[s, bounds[-1]]))
@@ -126,7 +130,7 @@ def _best_split(profile, gpus, topology, nm, schedule, optimizer_state_copies, c
 
 
 def partition_aligned(profile: ModelProfile, lanes: list[list[GpuSlot]], topology: Topology, *, nm: int,
-                      schedule: str = "hetpipe", optimizer_state_copies: int = 1,
+                      schedule: str = "hetpipe", memory: MemorySettings | None = None,
                       cache: dict | None = None, tp: int = 1) -> list[VwPartition]:
     """One set of layer ranges for several virtual workers, each on its GPUs in the order given (BSP
     and SDPipe average stage by stage, so every VW needs the same ranges): the split whose slowest
@@ -134,9 +138,9 @@ def partition_aligned(profile: ModelProfile, lanes: list[list[GpuSlot]], topolog
     if len({len(lane) for lane in lanes}) > 1:
         raise PlanError(f"{profile.model}: virtual workers of {sorted({len(l) for l in lanes})} GPUs cannot "
                         "share layer ranges; sync bsp and sdpipe need VWs of as many stages")
-    cache = {} if cache is None else cache
-    _, bounds = _best_split(profile, lanes[0], topology, nm, schedule, optimizer_state_copies, cache, lanes, tp)
-    return [_describe(profile, lane, bounds, topology, nm, schedule, optimizer_state_copies, cache, tp)
+    cache, memory = {} if cache is None else cache, memory or MemorySettings()
+    _, bounds = _best_split(profile, lanes[0], topology, nm, schedule, memory, cache, lanes, tp)
+    return [_describe(profile, lane, bounds, topology, nm, schedule, memory, cache, tp)
             for lane in lanes]
 
 
@@ -145,11 +149,12 @@ def _link_s(topology: Topology, src: GpuSlot, dst: GpuSlot, nbytes):
     return route.latency_s + nbytes / topology.bottleneck_Bps(src.id, dst.id)
 
 
-def _compute(profile, gpu: GpuSlot, cache, topology: Topology, tp: int = 1) -> np.ndarray:
+def _compute(profile, gpu: GpuSlot, cache, topology: Topology, tp: int = 1, scale: float = 1.0) -> np.ndarray:
     """c[i, j]: forward + backward seconds of layers [i, j) on one GPU, or on a tensor-parallel group
     of `tp` GPUs of its node led by it: the profile's TP times (`stage_times_tp`), plus, when they
-    leave them out, the activation all-reduces forward and backward on the lead's node link
-    (Topology.tp_pass_s, as `hetsim.planner.estimate.plan_partitions` counts)."""
+    leave them out, the activation all-reduces forward and backward on the lead's node link at
+    `scale` of the profile's bytes (Topology.tp_passes_s, as `hetsim.planner.estimate.plan_partitions`
+    counts)."""
     gpu_type = gpu.type.name
     if tp == 1:
         key = ("compute", gpu_type)
@@ -158,22 +163,24 @@ def _compute(profile, gpu: GpuSlot, cache, topology: Topology, tp: int = 1) -> n
             total = np.cumsum([0.0] + [l.fwd_s[gpu_type] + l.bwd_s[gpu_type] for l in profile.layers])
             cache[key] = total[None, :] - total[:, None]
         return cache[key]
-    key = ("compute", gpu_type, tp, topology.cluster.node(gpu.node).intra_link)   # shared by like nodes
+    key = ("compute", gpu_type, tp, topology.cluster.node(gpu.node).intra_link, scale)   # shared by like nodes
     if key not in cache:
         total = np.zeros(profile.n_layers + 1)
         for hi in range(1, profile.n_layers + 1):
             times = profile.stage_times_tp(gpu_type, 0, hi, tp)
-            ring = 0.0 if times.measured_tp else topology.tp_passes_s(gpu.node, tp, profile, 0, hi)
+            ring = 0.0 if times.measured_tp else topology.tp_passes_s(gpu.node, tp, profile, 0, hi, scale)
             total[hi] = times.fwd_s + times.bwd_s + ring
         cache[key] = total[None, :] - total[:, None]
     return cache[key]
 
 
-def _stage_matrix(profile, gpus, s, topology, cache, rows, n_ends, tp: int = 1) -> np.ndarray:
+def _stage_matrix(profile, gpus, s, topology, cache, rows, n_ends, tp: int,
+                  memory: MemorySettings) -> np.ndarray:
     """t[i, j] for start i in `rows` and end j < n_ends: compute of layers [i, j) on GPU s plus
-    receiving cut i and sending cut j."""
-    t = np.array(_compute(profile, gpus[s], cache, topology, tp)[rows, :n_ends])    # a copy to work in
-    cuts = cache["cuts"]
+    receiving cut i and sending cut j, at the precision's bytes."""
+    scale = memory.activation_scale
+    t = np.array(_compute(profile, gpus[s], cache, topology, tp, scale)[rows, :n_ends])    # a copy to work in
+    cuts = cache["cuts"] * scale
     if s > 0:
         t += _link_s(topology, gpus[s - 1], gpus[s], cuts[rows])[:, None]
     if s + 1 < len(gpus):
@@ -181,19 +188,21 @@ def _stage_matrix(profile, gpus, s, topology, cache, rows, n_ends, tp: int = 1) 
     return t
 
 
-def _limit(profile, gpu: GpuSlot, flight: int, schedule: str, copies: int, cache, tp: int = 1) -> np.ndarray:
+def _limit(profile, gpu: GpuSlot, flight: int, schedule: str, memory: MemorySettings, cache,
+           tp: int = 1) -> np.ndarray:
     key = ("limit", gpu.type.memory_bytes, gpu.type.framework_reserve_bytes, flight,
-           schedule in ASYNC_SCHEDULES, copies, tp)
+           schedule in ASYNC_SCHEDULES, memory, tp)
     if key not in cache:
-        cache[key] = _max_end(profile, gpu, flight, schedule, copies, tp)
+        cache[key] = _max_end(profile, gpu, flight, schedule, memory, tp)
     return cache[key]
 
 
-def _max_end(profile, gpu: GpuSlot, flight: int, schedule: str, copies: int, tp: int = 1) -> np.ndarray:
+def _max_end(profile, gpu: GpuSlot, flight: int, schedule: str, memory: MemorySettings,
+             tp: int = 1) -> np.ndarray:
     """For each start layer, the last end layer whose stage still fits the GPU (start if none)."""
     n = profile.n_layers
     fits = lambda lo, hi: stage_memory(profile, lo, hi, in_flight=flight,
-                                       asynchronous=schedule in ASYNC_SCHEDULES, optimizer_state_copies=copies,
+                                       asynchronous=schedule in ASYNC_SCHEDULES, settings=memory,
                                        reserve_bytes=gpu.type.framework_reserve_bytes,
                                        tp=tp).total_bytes <= gpu.type.memory_bytes
     out = np.zeros(n + 1, dtype=np.int64)
@@ -209,19 +218,22 @@ def _max_end(profile, gpu: GpuSlot, flight: int, schedule: str, copies: int, tp:
     return out
 
 
-def _describe(profile, gpus, bounds, topology, nm, schedule, copies, cache, tp: int = 1) -> VwPartition:
+def _describe(profile, gpus, bounds, topology, nm, schedule, memory: MemorySettings, cache,
+              tp: int = 1) -> VwPartition:
     k = len(gpus)
-    compute = tuple(float(_compute(profile, g, cache, topology, tp)[bounds[s], bounds[s + 1]])
+    scale = memory.activation_scale
+    compute = tuple(float(_compute(profile, g, cache, topology, tp, scale)[bounds[s], bounds[s + 1]])
                     for s, g in enumerate(gpus))
-    nbytes = tuple(profile.cut_bytes(bounds[s + 1]) for s in range(k - 1))
-    transfer = tuple(float(_link_s(topology, gpus[s], gpus[s + 1], nbytes[s])) for s in range(k - 1))
+    wire = [profile.cut_bytes(bounds[s + 1]) * scale for s in range(k - 1)]
+    transfer = tuple(float(_link_s(topology, gpus[s], gpus[s + 1], wire[s])) for s in range(k - 1))
     stage = stage_seconds(compute, transfer, schedule)
-    memory = tuple(stage_memory(profile, bounds[s], bounds[s + 1], in_flight=in_flight(schedule, k, s, nm),
-                                asynchronous=schedule in ASYNC_SCHEDULES, optimizer_state_copies=copies,
-                                reserve_bytes=gpus[s].type.framework_reserve_bytes, tp=tp).total_bytes
-                   for s in range(k))
+    footprint = tuple(stage_memory(profile, bounds[s], bounds[s + 1], in_flight=in_flight(schedule, k, s, nm),
+                                   asynchronous=schedule in ASYNC_SCHEDULES, settings=memory,
+                                   reserve_bytes=gpus[s].type.framework_reserve_bytes, tp=tp).total_bytes
+                      for s in range(k))
     return VwPartition(gpus=tuple(g.id for g in gpus), boundaries=bounds, compute_s=compute,
-                       transfer_s=transfer, transfer_bytes=nbytes, stage_s=stage, memory_bytes=memory,
+                       transfer_s=transfer, transfer_bytes=tuple(int(b) for b in wire), stage_s=stage,
+                       memory_bytes=footprint,
                        param_bytes=tuple(profile.stage_param_bytes(bounds[s], bounds[s + 1])
                                          for s in range(k)))
 
@@ -244,9 +256,9 @@ def stage_seconds(compute: tuple[float, ...] | list[float], transfer: tuple[floa
     return tuple(compute[s] + 2 * (before(s) + after(s)) for s in range(k))
 
 
-def _no_fit(profile, gpus, nm, schedule, copies, tp: int = 1) -> str:
+def _no_fit(profile, gpus, nm, schedule, memory: MemorySettings, tp: int = 1) -> str:
     whole = stage_memory(profile, 0, profile.n_layers, in_flight=nm,
-                         asynchronous=schedule in ASYNC_SCHEDULES, optimizer_state_copies=copies)
+                         asynchronous=schedule in ASYNC_SCHEDULES, settings=memory)
     have = tp * sum(g.type.memory_bytes for g in gpus)
     group = f" x TP {tp}" if tp > 1 else ""
     names = ", ".join(f"{g.id}{group} ({g.type.memory_gib:.1f} GiB)" for g in gpus)
@@ -304,7 +316,7 @@ def _assign(order: tuple, pools: dict) -> list[GpuSlot]:
 
 
 def partition_vw(profile: ModelProfile, gpus: list[GpuSlot], topology: Topology, *, nm: int,
-                 schedule: str = "hetpipe", optimizer_state_copies: int = 1,
+                 schedule: str = "hetpipe", memory: MemorySettings | None = None,
                  max_orders: int = 720, cache: dict | None = None, tp: int = 1) -> VwPartition:
     """The best GPU order and split for one virtual worker; ties keep the first order tried.
 
@@ -316,6 +328,7 @@ def partition_vw(profile: ModelProfile, gpus: list[GpuSlot], topology: Topology,
     """
     tried: dict[tuple, _Split | PlanError] = {}
     cache = {} if cache is None else cache              # tables of this profile, see partition_ordered
+    memory = memory or MemorySettings()
     kind = _node_kinds(gpus, topology)
 
     def evaluate(order: list[GpuSlot]):
@@ -323,7 +336,7 @@ def partition_vw(profile: ModelProfile, gpus: list[GpuSlot], topology: Topology,
         if key not in tried:
             try:
                 tried[key] = _Split(order, *_best_split(profile, order, topology, nm, schedule,
-                                                        optimizer_state_copies, cache, tp=tp))
+                                                        memory, cache, tp=tp))
             except PlanError as exc:
                 tried[key] = exc
         return tried[key]
@@ -340,7 +353,7 @@ def partition_vw(profile: ModelProfile, gpus: list[GpuSlot], topology: Topology,
     if not found:
         raise next(iter(tried.values()))
     best = min(found, key=lambda p: p.bottleneck_s)
-    return _describe(profile, best.order, best.bounds, topology, nm, schedule, optimizer_state_copies, cache, tp)
+    return _describe(profile, best.order, best.bounds, topology, nm, schedule, memory, cache, tp)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from hetsim.cluster import Cluster, GpuSlot
 from hetsim.errors import PlanError
+from hetsim.memory import MemorySettings
 from hetsim.planner.hetero import VwPartition, partition_aligned, partition_vw
 from hetsim.profile import ModelProfile
 from hetsim.topology import Topology
@@ -40,10 +41,13 @@ def vw_shape(cluster: Cluster, slots: list[GpuSlot]) -> tuple[tuple, list[GpuSlo
 
 class PartitionMemo:
     """`partition_vw` once per (shape, Nm, schedule); the profile's cost tables shared by all calls.
-    With `tp` > 1 every GPU of `cluster` leads a tensor-parallel group of `tp` (`tp_view`)."""
+    With `tp` > 1 every GPU of `cluster` leads a tensor-parallel group of `tp` (`tp_view`); `memory`
+    is how training is set up (optimizer, precision, recomputation), the same for every partition."""
 
-    def __init__(self, cluster: Cluster, profile: ModelProfile, topology: Topology, tp: int = 1):
+    def __init__(self, cluster: Cluster, profile: ModelProfile, topology: Topology, tp: int = 1,
+                 memory: MemorySettings | None = None):
         self.cluster, self.profile, self.topology, self.tp = cluster, profile, topology, tp
+        self.memory = memory or MemorySettings()
         self._slot = {g.id: g for g in cluster.gpus}
         self._found: dict[tuple, tuple[list[GpuSlot], VwPartition | PlanError]] = {}
         self._tables: dict = {}
@@ -71,7 +75,7 @@ class PartitionMemo:
         if key not in self._found:
             try:
                 found = partition_vw(self.profile, canonical, self.topology, nm=nm, schedule=schedule,
-                                     cache=self._tables, tp=self.tp)
+                                     memory=self.memory, cache=self._tables, tp=self.tp)
             except PlanError as exc:
                 found = exc
             self._found[key] = (canonical, found)
@@ -94,7 +98,8 @@ class PartitionMemo:
             first.setdefault(shape, part)
         lanes = [[self._slot[g] for g in part.gpus] for part in first.values()]
         described = dict(zip(first, partition_aligned(self.profile, lanes, self.topology, nm=nm,
-                                                      schedule=schedule, cache=self._tables, tp=self.tp)))
+                                                      schedule=schedule, memory=self.memory,
+                                                      cache=self._tables, tp=self.tp)))
         out = []
         for shape, part in zip(shapes, own):
             mapping = dict(zip(first[shape].gpus, part.gpus))

@@ -28,7 +28,8 @@ from typing import Callable
 from hetsim.cluster import Cluster
 from hetsim.errors import HetsimError, PlanError
 from hetsim.feasibility import check_plan
-from hetsim.plan import Plan, StageSpec, SyncSpec, VirtualWorker
+from hetsim.memory import MemorySettings
+from hetsim.plan import OPTIMIZERS, PRECISIONS, Plan, StageSpec, SyncSpec, VirtualWorker
 from hetsim.planner.allocation import Allocation, allocate
 from hetsim.planner.bounds import LazyEstimate, best_first, shape_bound
 from hetsim.planner.estimate import Estimate, PsRoutes, bsp_estimate, rate_bound
@@ -71,6 +72,12 @@ class SearchSpace:
     # Tensor-parallel degrees: each pipeline stage a group of t GPUs of one node (`tp_groups`). WSP and
     # SDPipe do not model TP stages, so with them t > 1 only tries single-VW allocations.
     tp_values: tuple[int, ...] = (1,)
+    # How the plans train, which sets what a stage keeps in memory and the bytes an activation moves;
+    # the plans written carry it. optimizer None: the plan format's default, one FP32 optimizer copy
+    # per weight (SGD with momentum). Layer times are the profile's: profile at this precision.
+    precision: str = "fp32"
+    optimizer: str | None = None
+    recompute: bool = False
     # Today's reference search: simulate every feasible candidate. The default simulates only on
     # clusters of at most `sim_max_gpus` GPUs, best estimate first, skipping candidates whose rate
     # bound (raised by `bound_slack`) is below the best simulated rate: the same best plan, fewer
@@ -101,12 +108,20 @@ class SearchSpace:
         if not self.tp_values or any(t < 1 for t in self.tp_values):
             raise PlanError(f"search: tp_values {list(self.tp_values)}: give tensor-parallel degrees >= 1")
         schedule_kind(self.schedule)         # refuses an unknown name, listing the known ones
+        if self.precision not in PRECISIONS:
+            raise PlanError(f"search: precision {self.precision!r}: choose from {', '.join(PRECISIONS)}")
+        if self.optimizer is not None and self.optimizer not in OPTIMIZERS:
+            raise PlanError(f"search: optimizer {self.optimizer!r}: choose from {', '.join(OPTIMIZERS)}")
         if self.sync not in ("wsp", "bsp", "sdpipe"):
             raise PlanError(f"sync {self.sync!r}: choose from wsp, bsp, sdpipe")
         if self.top_k < 1 or self.margin < 0:
             raise PlanError("search: top_k must be >= 1 and margin >= 0")
         if self.bound_slack < 0 or self.sim_max_gpus < 0 or self.keep < 0:
             raise PlanError("search: bound_slack, sim_max_gpus and keep must be >= 0")
+
+    @property
+    def memory(self) -> MemorySettings:
+        return MemorySettings(optimizer=self.optimizer, precision=self.precision, recompute=self.recompute)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -164,7 +179,7 @@ def search_plans(cluster: Cluster, profile: ModelProfile, space: SearchSpace = S
         raise PlanError(f"profile {profile.model}: no layer times for GPU type(s) {', '.join(missing)} of "
                         f"cluster {cluster.name} (it has: {', '.join(sorted(profile.gpu_types))})")
     pending = _enumerate(cluster, profile, space, progress)
-    realised = _Realised(cluster, profile, pending)
+    realised = _Realised(cluster, profile, pending, space)
     if space.exhaustive:
         realised.take(len(pending))
         simulated = realised.feasible = _simulate_all(cluster, profile, realised.feasible, space, progress)
@@ -199,8 +214,8 @@ class _Realised:
     and checking a plan of hundreds of GPUs costs more than estimating it, and most candidates are
     never shown."""
 
-    def __init__(self, cluster: Cluster, profile: ModelProfile, pending: list[_Pending]):
-        self.cluster, self.profile, self.pending = cluster, profile, pending
+    def __init__(self, cluster: Cluster, profile: ModelProfile, pending: list[_Pending], space: SearchSpace):
+        self.cluster, self.profile, self.pending, self.space = cluster, profile, pending, space
         self.ranked = best_first([(p.lazy, p.staleness, p.lazy.nm) for p in pending])
         self.feasible: list[Candidate] = []
         self.failed: list[Candidate] = []                 # partitioned, but the plan check refused it
@@ -218,7 +233,7 @@ class _Realised:
                 self.unfit.append(Candidate(policy=p.policy, nm=p.lazy.nm, staleness=0, reason=str(p.lazy.error)))
                 self.seen += sum(q.lazy is p.lazy for q in self.pending)
                 continue
-            c = _checked(self.cluster, self.profile, Candidate(
+            c = _checked(self.cluster, self.profile, self.space, Candidate(
                 policy=p.policy, nm=lazy.nm, staleness=p.staleness, partitions=tuple(lazy.parts),
                 estimate=lazy.estimate(), sync=p.sync, schedule=p.schedule, tp_groups=p.tp_groups))
             self.seen += 1
@@ -273,7 +288,7 @@ def _enumerate(cluster, profile, space, progress) -> list[_Pending]:
     with _bar(progress, "bound", sum(len(v[3]) for v in views) * len(space.nm_values)) as bar:
         for tp, view, members, allocations in views:
             topology = Topology(view)
-            memo = memos[tp] = PartitionMemo(view, profile, topology, tp)
+            memo = memos[tp] = PartitionMemo(view, profile, topology, tp, space.memory)
             routes = PsRoutes(topology)
             for alloc in allocations:
                 if tp > 1:
@@ -284,7 +299,7 @@ def _enumerate(cluster, profile, space, progress) -> list[_Pending]:
                     if bar is not None:
                         bar.update(1)
     if "horovod" in space.policies:
-        memo = memos.get(1) or PartitionMemo(cluster, profile, Topology(cluster))
+        memo = memos.get(1) or PartitionMemo(cluster, profile, Topology(cluster), memory=space.memory)
         pending += _horovod(memo, memo.topology)
     return pending
 
@@ -319,10 +334,11 @@ def _candidates(memo: PartitionMemo, topology, routes, alloc, nm, space, bounds:
             for d in (space.staleness_values if not single and space.sync == "wsp" else (0,))]
 
 
-def _checked(cluster, profile, c: Candidate) -> Candidate:
+def _checked(cluster, profile, space: SearchSpace, c: Candidate) -> Candidate:
     """The candidate with its plan built and checked by `check_plan`, or with why it cannot run."""
     plan = Plan(name=f"{c.policy.lower()}-nm{c.nm}-d{c.staleness}", model=profile.model, cluster=cluster.name,
                 minibatch_size=profile.batch_size, nm=c.nm, schedule=c.schedule, sync=c.sync,
+                precision=space.precision, optimizer=space.optimizer, recompute=space.recompute,
                 notes=f"hetsim plan: policy {c.policy}",
                 virtual_workers=tuple(VirtualWorker(name=f"vw{i}", stages=tuple(
                     StageSpec(gpu=g, tp_gpus=c.tp_groups.get(g, (g,))[1:], layers=lh)

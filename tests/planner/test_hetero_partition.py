@@ -8,8 +8,8 @@ from hypothesis import given, settings, strategies as st
 
 from conftest import cluster, gpu_type
 from hetsim.errors import PlanError
-from hetsim.memory import stage_memory
-from hetsim.plan import ASYNC_SCHEDULES
+from hetsim.memory import MemorySettings, stage_memory
+from hetsim.plan import ASYNC_SCHEDULES, OPTIMIZERS, PRECISIONS
 from hetsim.planner.hetero import gpu_orders, in_flight, partition_ordered, partition_vw
 from hetsim.profile import LayerProfile, ModelProfile
 from hetsim.topology import Topology
@@ -26,16 +26,18 @@ def two_type_profile(fast_s, slow_s, params, outputs):
                         edges=tuple((i, i + 1) for i in range(len(layers) - 1)), input_bytes=int(outputs[0]))
 
 
-def brute_force_ordered(p, gpus, topology, nm, schedule):
+def brute_force_ordered(p, gpus, topology, nm, schedule, memory=MemorySettings()):
     n, k = p.n_layers, len(gpus)
-    link = lambda a, b, c: topology.route(a.id, b.id).latency_s + p.cut_bytes(c) / topology.bottleneck_Bps(a.id, b.id)
+    wire = {"fp16": 0.5, "bf16": 0.5}.get(memory.precision, 1.0)
+    link = lambda a, b, c: (topology.route(a.id, b.id).latency_s
+                            + wire * p.cut_bytes(c) / topology.bottleneck_Bps(a.id, b.id))
     best = np.inf
     for inner in itertools.combinations(range(1, n), k - 1):
         b = (0, *inner, n)
         times = []
         for s, g in enumerate(gpus):
             mem = stage_memory(p, b[s], b[s + 1], in_flight=in_flight(schedule, k, s, nm),
-                               asynchronous=schedule in ASYNC_SCHEDULES)
+                               asynchronous=schedule in ASYNC_SCHEDULES, settings=memory)
             if mem.total_bytes > g.type.memory_bytes:
                 break
             t = sum(p.stage_times(g.type.name, b[s], b[s + 1]))
@@ -64,18 +66,23 @@ def make_cluster(counts):
                    latency_s=1e-5)
 
 
-@settings(max_examples=120, deadline=None)
-@given(case=cases(), nm=st.integers(1, 4), schedule=st.sampled_from(["hetpipe", "1f1b", "1f1b-flush"]))
-def test_ordered_split_equals_brute_force(case, nm, schedule):
+memories = st.builds(MemorySettings, optimizer=st.sampled_from((None,) + OPTIMIZERS),
+                     precision=st.sampled_from(PRECISIONS), recompute=st.booleans())
+
+
+@settings(max_examples=150, deadline=None)
+@given(case=cases(), nm=st.integers(1, 4), schedule=st.sampled_from(["hetpipe", "1f1b", "1f1b-flush"]),
+       memory=memories)
+def test_ordered_split_equals_brute_force(case, nm, schedule, memory):
     p, counts = case
     c = make_cluster(counts)
     gpus, topology = list(c.gpus), Topology(c)
-    expected = brute_force_ordered(p, gpus, topology, nm, schedule)
+    expected = brute_force_ordered(p, gpus, topology, nm, schedule, memory)
     if not np.isfinite(expected):
         with pytest.raises(PlanError, match="does not fit"):
-            partition_ordered(p, gpus, topology, nm=nm, schedule=schedule)
+            partition_ordered(p, gpus, topology, nm=nm, schedule=schedule, memory=memory)
         return
-    part = partition_ordered(p, gpus, topology, nm=nm, schedule=schedule)
+    part = partition_ordered(p, gpus, topology, nm=nm, schedule=schedule, memory=memory)
     assert part.bottleneck_s == pytest.approx(expected, rel=1e-9)
     assert all(m <= c.gpu(g).type.memory_bytes for g, m in zip(part.gpus, part.memory_bytes))
 
@@ -102,6 +109,40 @@ def test_a_gpu_twice_as_fast_takes_twice_the_layers():
     assert part.gpus == ("node0/gpu0", "node1/gpu0")
     assert part.boundaries == (0, 2, 3)
     assert part.stage_s == pytest.approx((2.0, 2.0))
+
+
+def test_16_bit_activations_cross_links_at_half_the_bytes_and_can_move_the_cut():
+    # Layer times 2, 1, 1 s; the cut after layer 0 takes 1.5 s at FP32, after layer 1 nothing. At FP32
+    # cutting after layer 1 is best (3 s against 2 + 1.5); in 16 bits the first cut costs 0.75 s and wins.
+    p = two_type_profile([2, 1, 1], [2, 1, 1], [0] * 3, [1_500_000, 0, 0])
+    c = cluster([1, 1], types=[FAST, FAST], intra_Bps=1e18, net_Bps=1e6)
+    parts = {precision: partition_ordered(p, list(c.gpus), Topology(c), nm=1,
+                                          memory=MemorySettings(precision=precision))
+             for precision in PRECISIONS}
+    for precision in ("fp32", "tf32"):
+        assert parts[precision].boundaries == (0, 2, 3)
+        assert parts[precision].bottleneck_s == pytest.approx(3.0)
+    for precision in ("fp16", "bf16"):
+        assert parts[precision].boundaries == (0, 1, 3)
+        assert parts[precision].transfer_bytes == (750_000,)
+        assert parts[precision].transfer_s == pytest.approx((0.75,))
+        assert parts[precision].bottleneck_s == pytest.approx(2.75)
+
+
+@pytest.mark.parametrize("optimizer,precision,fits", [(None, "fp32", True), ("momentum", "fp32", True),
+                                                      ("adam", "fp32", False), ("sgd", "bf16", True),
+                                                      ("adamw", "bf16", False)])
+def test_the_optimizer_and_precision_decide_whether_a_stage_fits(optimizer, precision, fits):
+    # 0.3 GiB of FP32 weights on a 1 GiB GPU: weights, gradients and one momentum copy take 0.9 GiB;
+    # Adam's two copies 1.2; bf16 with SGD 0.15 + 0.3 + an FP32 master copy 0.3; bf16 Adam 1.35.
+    p = two_type_profile([1], [1], [0.3 * GB], [0])
+    c = cluster([1], types=[FAST])
+    memory = MemorySettings(optimizer=optimizer, precision=precision)
+    if fits:
+        assert partition_vw(p, list(c.gpus), Topology(c), nm=1, memory=memory).memory_bytes[0] <= GB
+    else:
+        with pytest.raises(PlanError, match="does not fit"):
+            partition_vw(p, list(c.gpus), Topology(c), nm=1, memory=memory)
 
 
 def test_orders_treat_same_type_same_node_gpus_as_interchangeable():

@@ -83,6 +83,41 @@ def test_search_space_rejects_bad_values():
         SearchSpace(policies=("XP",))
     with pytest.raises(PlanError, match="Nm must be >= 1"):
         SearchSpace(nm_values=(0,))
+    with pytest.raises(PlanError, match="precision 'fp8': choose from fp32, tf32, fp16, bf16"):
+        SearchSpace(precision="fp8")
+    with pytest.raises(PlanError, match="optimizer 'lamb'"):
+        SearchSpace(optimizer="lamb")
+
+
+@pytest.mark.parametrize("precision,optimizer,recompute", [("bf16", "adam", False), ("fp32", "sgd", True)])
+def test_plans_carry_how_they_train_and_the_ranking_shows_the_memory_the_plan_check_counts(
+        precision, optimizer, recompute):
+    from hetsim.feasibility import check_plan
+    c, p = small_cluster(), model()
+    space = SearchSpace(policies=("NP", "ED"), nm_values=(1, 2), top_k=2, waves=6, workers=1,
+                        precision=precision, optimizer=optimizer, recompute=recompute)
+    feasible = [x for x in search_plans(c, p, space).candidates if x.feasible]
+    assert feasible
+    for x in feasible:
+        assert (x.plan.precision, x.plan.optimizer, x.plan.recompute) == (precision, optimizer, recompute)
+        checked = {g: m.total_bytes for g, m in check_plan(x.plan, c, p).items()}
+        assert x.memory_bytes == checked
+        for part in x.partitions:
+            assert part.memory_bytes == tuple(checked[g] for g in part.gpus)
+
+
+def test_adam_in_16_bit_needs_more_gpus_than_sgd_where_weights_dominate():
+    # 8 layers of 64 MiB of FP32 weights on 0.75 GiB GPUs. In 16 bit SGD keeps 2.5 bytes per FP32
+    # weight byte (160 MiB a layer: four fit a GPU), Adam 4.5 (288 MiB: two fit).
+    c = cluster([8], types=[SLOW], intra_Bps=10e9)
+    p = model(param_mib=64, act_mib=1)
+    smallest = {}
+    for optimizer in ("sgd", "adam"):
+        space = SearchSpace(policies=("auto",), nm_values=(1,), top_k=1, waves=6, workers=1,
+                            precision="bf16", optimizer=optimizer)
+        fits = [x for x in search_plans(c, p, space).candidates if x.feasible]
+        smallest[optimizer] = min(len(x.partitions[0].gpus) for x in fits)
+    assert smallest == {"sgd": 2, "adam": 4}
 
 
 def test_the_planner_imports_neither_simpy_nor_torch():

@@ -9,6 +9,7 @@ import pytest
 
 from conftest import cluster
 from hetsim.feasibility import check_plan
+from hetsim.memory import MemorySettings
 from hetsim.planner.hetero import _describe, partition_aligned, partition_ordered
 from hetsim.planner.search import SearchSpace, _simulate, search_plans
 from hetsim.profile import LayerProfile, ModelProfile
@@ -42,7 +43,7 @@ def test_one_split_for_every_lane_is_the_best_for_the_slowest_stage_over_lanes()
 
 
 def _stage_s(p, lane, topology, cut):
-    return _describe(p, lane, (0, cut, p.n_layers), topology, 2, "hetpipe", 1, {}).stage_s
+    return _describe(p, lane, (0, cut, p.n_layers), topology, 2, "hetpipe", MemorySettings(), {}).stage_s
 
 
 def test_lanes_of_unequal_length_are_refused_naming_the_sync_modes():
