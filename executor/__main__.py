@@ -28,7 +28,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data", choices=("teacher", "random"), default="teacher",
                    help="teacher: a learnable synthetic task; random: random tensors for throughput")
-    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--lr", type=float, default=None,
+                   help="learning rate (default: the plan optimizer's, 0.05 for SGD, 1e-3 for Adam)")
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--slowdown", action="append", default=[], metavar="GPU=FACTOR",
                    help="EMULATED slowdown (busy-wait) of the rank running GPU, e.g. host/gpu1=2 (repeatable)")

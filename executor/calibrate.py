@@ -1,8 +1,8 @@
 """The executor's optimiser work per minibatch, measured on this host, so a profile can carry it.
 
 hetsim's simulator runs UPDATE and STEP in no time; the executor spends real CPU on them (SGD with
-momentum touches every weight two or three times, flush schedules add each minibatch's gradients,
-WSP computes each update's change and adds it to its wave's sum). `optimizer_seconds` times that work
+momentum touches every weight two or three times, Adam several more, flush schedules add each
+minibatch's gradients, WSP computes each update's change and adds it to its wave's sum). `optimizer_seconds` times that work
 with the executor's own StageModel over the whole model and spreads it over the layers by parameter
 count (the work is elementwise). It is timed in thread CPU seconds, the unit of work the simulator
 shares among a node's cores; on CUDA, in wall seconds up to a synchronisation.
@@ -29,21 +29,22 @@ __all__ = ["optimizer_seconds", "link_speed", "collective_call", "collective_lat
 
 
 def optimizer_seconds(model: str, *, schedule: str, nm: int, wsp: bool, bsp: bool = False, repeats: int = 9,
-                      model_kwargs: dict | None = None, device: str = "cpu") -> list[float]:
-    """Seconds per minibatch of optimiser work on each layer (asynchronous: one update per minibatch;
-    flush: one gradient accumulation per minibatch plus 1/nm of a step). `wsp` includes computing and
-    summing each update's weight change; `bsp` accumulates into the flat vector the all-reduce uses."""
+                      model_kwargs: dict | None = None, device: str = "cpu", optimizer: str = "momentum") -> list[float]:
+    """Seconds per minibatch of `optimizer`'s work on each layer (asynchronous: one update per
+    minibatch; flush: one gradient accumulation per minibatch plus 1/nm of a step). `wsp` includes
+    computing and summing each update's weight change; `bsp` accumulates into the flat vector the
+    all-reduce uses."""
     steady_allocator()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)                  # as every rank runs; several threads would spin-wait
     try:
-        return _measure(model, schedule, nm, wsp, bsp, repeats, model_kwargs or {}, device)
+        return _measure(model, schedule, nm, wsp, bsp, repeats, model_kwargs or {}, device, optimizer)
     finally:
         torch.set_num_threads(threads)
 
 
 def _measure(model: str, schedule: str, nm: int, wsp: bool, bsp: bool, repeats: int,
-             model_kwargs: dict, device: str = "cpu") -> list[float]:
+             model_kwargs: dict, device: str = "cpu", optimizer: str = "momentum") -> list[float]:
     """Real forwards and backwards of minibatch size 2 (cheap beside the optimiser's pass over every
     weight; the smallest a batch norm over a 1x1 map trains on), so each update gets fresh gradient
     tensors from autograd as in the executor (reusing one set of gradients timed 15% less); under an
@@ -61,7 +62,8 @@ def _measure(model: str, schedule: str, nm: int, wsp: bool, bsp: bool, repeats: 
     numel = [sum(p.numel() for p in graph.layers[i].parameters()) for i in range(len(graph))]
     example, labels = task_of(net, example).random_batch(2, torch.Generator().manual_seed(0))
     example, labels = example.to(device), labels.to(device)
-    stage = StageModel(graph, 0, len(graph), is_last=True, lr=0.01, momentum=0.9, device=device)
+    stage = StageModel(graph, 0, len(graph), is_last=True, lr=0.01, momentum=0.9, device=device,
+                       optimizer=optimizer)
     stage.track_deltas, stage.flat_grads = wsp, bsp
     client = WspClient(vw=0, stage=0, ps_ranks=[], shard_ranges=[], device=device) if wsp else None
     minibatches = itertools.count()
@@ -94,7 +96,7 @@ def _measure(model: str, schedule: str, nm: int, wsp: bool, bsp: bool, repeats: 
                 # The executor adds inside the backward (sum_in_backward); the adds, timed apart here.
                 seconds += timed(lambda: stage.accumulate(k))
             seconds = (seconds + timed(stage.step)) / nm
-        if r:                                   # the first allocates momentum buffers
+        if r:                                   # the first allocates the optimizer's state
             samples.append(seconds)
     total, per = sum(numel), statistics.median(samples)
     return [per * n / total if total else 0.0 for n in numel]

@@ -55,15 +55,16 @@ def probe_actions(schedule: str, nm: int) -> tuple[str, ...]:
 def colocation_factor(model: str, stages: list[tuple[int, int]], *, batch: int, model_kwargs: dict | None = None,
                       slowdowns: list[float] | None = None, seconds: float = 0.6, rounds: int = 2,
                       tp: list[tuple[int, int]] | None = None, schedule: str = "1f1b", nm: int = 2,
-                      sync: str = "none") -> float:
+                      sync: str = "none", optimizer: str = "momentum") -> float:
     """CPU work of `stages` ([lo, hi) layer ranges, one process each, with their emulated
     `slowdowns`; `tp` gives each its (member index, tensor-parallel degree), default (0, 1)) run
-    together over run alone, each doing the optimiser work of `schedule`, `nm` and `sync` mode.
+    together over run alone, each doing the `optimizer`'s work as `schedule`, `nm` and `sync` mode
+    have it done.
     Takes about rounds x (len(stages) + 2) x `seconds` plus process start-up; 1.0 for one stage."""
     if len(stages) < 2:
         return 1.0
     results = _probes(model, stages, batch, model_kwargs, slowdowns or [1.0] * len(stages), seconds, rounds, "cpu",
-                      wall=False, tp=tp, updates=(schedule, nm, sync))
+                      wall=False, tp=tp, updates=(schedule, nm, sync, optimizer))
     ratios = [sum(r[k][1] for r in results) / sum(r[k][0] for r in results) for k in range(rounds)]
     return statistics.fmean(ratios)
 
@@ -71,20 +72,20 @@ def colocation_factor(model: str, stages: list[tuple[int, int]], *, batch: int, 
 def gpu_concurrency(model: str, stages: list[tuple[int, int]], *, batch: int, device: str = "cuda",
                     model_kwargs: dict | None = None, seconds: float = 0.6, rounds: int = 2,
                     tp: list[tuple[int, int]] | None = None, schedule: str = "1f1b", nm: int = 2,
-                    sync: str = "none") -> float:
-    """How many of `stages` (one process each, all on `device`; `tp`, `schedule`, `nm` and `sync` as
-    in colocation_factor) a GPU runs at full speed at once: the sum over stages of step time alone
+                    sync: str = "none", optimizer: str = "momentum") -> float:
+    """How many of `stages` (one process each, all on `device`; `tp`, `schedule`, `nm`, `sync` and
+    `optimizer` as in colocation_factor) a GPU runs at full speed at once: the sum over stages of step time alone
     over step time together, between 1 and len(stages)."""
     if len(stages) < 2:
         return 1.0
     results = _probes(model, stages, batch, model_kwargs, [1.0] * len(stages), seconds, rounds, device, wall=True,
-                      tp=tp, updates=(schedule, nm, sync))
+                      tp=tp, updates=(schedule, nm, sync, optimizer))
     sums = [sum(r[k][0] / r[k][1] for r in results) for k in range(rounds)]
     return min(max(statistics.fmean(sums), 1.0), float(len(stages)))
 
 
 def _probes(model, stages, batch, model_kwargs, slowdowns, seconds, rounds, device, wall: bool, tp=None,
-            updates=("1f1b", 2, "none")) -> list:
+            updates=("1f1b", 2, "none", "momentum")) -> list:
     """Each probe's [(alone, together)] per round: a step's work (`wall` False), or its wall time."""
     if seconds <= 0 or rounds < 1:
         raise ValueError(f"seconds must be > 0 and rounds >= 1, got {seconds} and {rounds}")
@@ -109,7 +110,8 @@ def _probes(model, stages, batch, model_kwargs, slowdowns, seconds, rounds, devi
 
 def _probe(i: int, model: str, lo: int, hi: int, batch: int, model_kwargs: dict, slowdown: float,
            seconds: float, rounds: int, barrier, out, device: str = "cpu", wall: bool = False,
-           tp: tuple[int, int] = (0, 1), updates: tuple[str, int, str] = ("1f1b", 2, "none")) -> None:
+           tp: tuple[int, int] = (0, 1), updates: tuple[str, int, str, str] = ("1f1b", 2, "none", "momentum")
+           ) -> None:
     from executor.emulation import Emulation
     from executor.placement import staged
     from modelzoo.allocator import steady_allocator
@@ -133,7 +135,8 @@ def _probe(i: int, model: str, lo: int, hi: int, batch: int, model_kwargs: dict,
 
 
 def _stage_step(model: str, lo: int, hi: int, batch: int, model_kwargs: dict, device: str = "cpu",
-                tp: tuple[int, int] = (0, 1), schedule: str = "1f1b", nm: int = 2, sync: str = "none"):
+                tp: tuple[int, int] = (0, 1), schedule: str = "1f1b", nm: int = 2, sync: str = "none",
+                optimizer: str = "momentum"):
     """A function doing `probe_actions(schedule, nm)` of the stage as an executor rank does them
     (one minibatch under an asynchronous schedule, one wave under a flush one; under BSP into the
     flat gradient vector the all-reduce uses, under WSP into fresh weights, as worker.py sets up).
@@ -156,7 +159,7 @@ def _stage_step(model: str, lo: int, hi: int, batch: int, model_kwargs: dict, de
     if tp[1] > 1:
         split_stage(graph, lo, hi, TPComm(*tp, group=None, wire=device))
     stage = StageModel(graph, lo, hi, is_last=last, lr=0.01, momentum=0.9, device=device,
-                       loss_fn=stage_loss(graph, hi))
+                       loss_fn=stage_loss(graph, hi), optimizer=optimizer)
     stage.track_deltas, stage.flat_grads = sync == "wsp", sync == "bsp"
     actions = probe_actions(schedule, nm)
     stage.sum_in_backward = "accumulate" in actions          # as the executor runs flush schedules

@@ -21,6 +21,7 @@ from executor.children import die_with_parent, reap
 from executor.health import ExecutorError, Health, process_state
 from executor.layout import RankLayout
 from executor.measure import build_measured_report
+from executor.optimizer import plan_optimizer
 from executor.options import ExecOptions
 from executor.record import RankRecord
 from executor.worker import Job, _check_supported, check_tp_layers, job_layout, run_rank
@@ -66,11 +67,16 @@ def check_job_plan(plan: Plan, cluster: Cluster | None, model: str, model_kwargs
     model's own layer count, before any rank starts: a plan whose stages stopped short of the last
     layer once trained a truncated model without a word. The model is built on the meta device
     (no weights), so this takes well under a second. make_job calls it for every Job, so the
-    precision the executor trains at (FP32 weights and activations, fp32 or tf32 math) is checked here."""
+    precision the executor trains at (FP32 weights and activations, fp32 or tf32 math), its lack of
+    recomputation and the plan's optimizer are checked here."""
     if plan.precision not in ("fp32", "tf32"):
         raise PlanError(f"plan {plan.name}: precision {plan.precision}: the executor trains with FP32 "
                         "weights and activations (mixed precision is not implemented); run the plan at fp32 "
                         "or tf32")
+    if plan.recompute:
+        raise PlanError(f"plan {plan.name}: recompute: the executor keeps every activation for the backward "
+                        "(recomputation is not implemented); run the plan with recompute false")
+    plan_optimizer(plan)                     # an optimizer the executor runs, named or by its copies
     for name, value in (model_kwargs or {}).items():
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise HetsimError(f"model_kwargs: {name}={value!r}: a model's sizes are whole numbers >= 1")

@@ -14,6 +14,7 @@ from hetsim.trace import TraceWriter
 from executor.emulation import EMULATION_NOTE
 from executor.health import ExecutorError
 from executor.layout import RankLayout
+from executor.optimizer import plan_optimizer
 from executor.record import RankRecord
 
 __all__ = ["build_measured_report"]
@@ -43,7 +44,7 @@ def build_measured_report(job, layout: RankLayout, records: list[RankRecord], sc
     report = Report(
         kind="measurement", plan=plan.to_dict(), cluster=job.cluster.name, model=job.model,
         profile_source=f"measured by the executor (torch.distributed, {records[0].backend})",
-        settings=_settings(opts, records[0].backend), gpus=_gpus(job, layout, records, clipped, end - start),
+        settings=_settings(opts, plan, records[0].backend), gpus=_gpus(job, layout, records, clipped, end - start),
         links=[], notes=_notes(opts, plan.sync.mode), training=_training(layout, records, clipped, origin, start, end),
         losses=_loss_curve(records, origin), **run_sections(plan, run))
     if opts.trace:
@@ -64,10 +65,11 @@ def _clip(rec: RankRecord, origin: float, start: float, end: float) -> dict[str,
     return out
 
 
-def _settings(opts, backend: str) -> dict:
+def _settings(opts, plan, backend: str) -> dict:
+    optimizer = plan_optimizer(plan)
     return {"waves": opts.waves, "warmup_waves": opts.warmup_waves, "seed": opts.seed, "data": opts.data,
-            "lr": opts.lr, "momentum": opts.momentum, "slowdown": dict(sorted(opts.slowdown.items())),
-            "threads_per_rank": opts.threads, "backend": backend, "device": opts.device}
+            "optimizer": optimizer, "lr": opts.lr_for(optimizer), "momentum": opts.momentum,
+            "slowdown": dict(sorted(opts.slowdown.items())), "threads_per_rank": opts.threads, "backend": backend, "device": opts.device}
 
 
 def _gpus(job, layout: RankLayout, records, clipped, span: float) -> list[GpuStats]:

@@ -6,6 +6,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
+from executor.optimizer import default_lr
 from hetsim.errors import HetsimError
 
 __all__ = ["ExecOptions"]
@@ -21,8 +22,8 @@ class ExecOptions:
     warmup_waves: int = 1
     seed: int = 0
     data: str = "teacher"                  # "teacher" (learnable synthetic task) or "random" (throughput)
-    lr: float = 0.05
-    momentum: float = 0.9
+    lr: float | None = None                # None: the optimizer's default (executor.optimizer)
+    momentum: float = 0.9                  # the plan's optimizer "momentum" (or no optimizer named)
     slowdown: dict[str, float] = field(default_factory=dict)   # gpu id -> emulated factor (>= 1)
     threads: int = 1                       # torch threads per rank
     backend: str = "auto"                  # gloo on CPU; on CUDA nccl with a GPU per rank, else gloo (executor.placement)
@@ -49,7 +50,7 @@ class ExecOptions:
         for gpu, factor in self.slowdown.items():
             if not 1.0 <= factor < math.inf:
                 raise HetsimError(f"slowdown[{gpu}]: an emulated slowdown must be finite and >= 1, got {factor}")
-        if not (0 < self.lr < math.inf and 0 <= self.momentum < 1):
+        if not ((self.lr is None or 0 < self.lr < math.inf) and 0 <= self.momentum < 1):
             raise HetsimError(f"lr must be finite and > 0 and momentum in [0, 1), got {self.lr} and {self.momentum}")
         self.fault_spec
         if self.resume and not self.checkpoint_dir:
@@ -63,6 +64,10 @@ class ExecOptions:
         if not isinstance(self.threads, int) or self.threads < 1 or not 0 < self.timeout_s <= MAX_TIMEOUT_S:
             raise HetsimError(f"threads must be a whole number >= 1 and timeout_s in (0, {MAX_TIMEOUT_S:g}] "
                               f"seconds, got {self.threads} and {self.timeout_s}")
+
+    def lr_for(self, optimizer: str) -> float:
+        """The learning rate: the one given, else the optimizer's default (0.05 for SGD, 1e-3 for Adam)."""
+        return default_lr(optimizer) if self.lr is None else self.lr
 
     @property
     def fault_spec(self) -> tuple[int, str, str] | None:

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
+from executor.optimizer import UpdateRule
 from modelzoo.graph import LayerGraph
 from modelzoo.tasks import loss as task_loss
 
@@ -67,7 +68,7 @@ class InFlight:
 
 class StageModel:
     def __init__(self, graph: LayerGraph, lo: int, hi: int, *, is_last: bool, lr: float, momentum: float,
-                 device: torch.device | str = "cpu", loss_fn: Callable = task_loss):
+                 device: torch.device | str = "cpu", loss_fn: Callable = task_loss, optimizer: str = "momentum"):
         for i in range(len(graph)):
             if not lo <= i < hi:
                 graph.layers[i] = nn.Identity()          # other stages' weights are not kept here
@@ -80,10 +81,10 @@ class StageModel:
         self._layer_of = [int(n.split(".")[1]) - lo for n in self.names]    # weight -> layer in the stage
         # The graph's layers keep no weights of their own after this: the stage runs them on its copies.
         self.weights = _take_weights([p for _, p in named])
-        self.is_last, self.lr, self.momentum = is_last, lr, momentum
+        self.is_last = is_last
+        self.rule = UpdateRule(optimizer, lr=lr, momentum=momentum)     # the plan's optimizer
         self.loss_fn = loss_fn            # modelzoo.tasks' loss, or a tensor-parallel head's (modelzoo.tp)
         self.version = 0                  # bumped whenever the weights change (update, step, pull)
-        self._buf: list[torch.Tensor | None] = [None] * len(self.weights)
         self._acc: list[torch.Tensor] | None = None       # flush schedules: gradients of the wave
         self._acc_count = 0
         self.sum_in_backward = False      # flush schedules: backward adds into the wave's sum itself
@@ -267,8 +268,8 @@ class StageModel:
         self._wave_scale = factor
 
     def _apply(self, grads: list[torch.Tensor], scale: float = 1.0) -> list[torch.Tensor]:
-        """SGD with momentum, as torch.optim.SGD (dampening 0): buf = m buf + g; w = w - lr buf,
-        with g = scale x grads (a flush step's mean over the wave).
+        """One step of the stage's optimizer (`executor.optimizer`) with gradients scale x grads (a
+        flush step's mean over the wave).
 
         The new weights go into fresh tensors when a stashed minibatch still uses the current ones
         (taken from versions no longer used, so large updates do not allocate), else in place."""
@@ -278,14 +279,10 @@ class StageModel:
         target = (self._pool.pop() if self._pool else [torch.empty_like(w) for w in self.weights]) \
             if fresh else self.weights
         deltas = []
+        self.rule.begin(len(self.weights))
         for i, (w, g) in enumerate(zip(self.weights, grads)):
-            buf = self._buf[i]
-            if buf is None:
-                buf = self._buf[i] = g.clone() if scale == 1.0 else g * scale
-            else:
-                buf.mul_(self.momentum).add_(g, alpha=scale)
-            torch.add(w, buf, alpha=-self.lr, out=target[i])
-            if self.track_deltas:           # WSP pushes exactly what changed (w - lr buf rounds)
+            self.rule.apply(i, w, g, scale, target[i])
+            if self.track_deltas:           # WSP pushes exactly what changed (the update rounds)
                 deltas.append(target[i] - w)
         if fresh and not stashed and len(self._pool) < 2:
             self._pool.append(self.weights)  # nothing in flight uses the old weights

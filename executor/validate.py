@@ -23,6 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from executor.host import available_cores, host_memory_bytes, usable_cores
+from executor.optimizer import plan_optimizer
 from hetsim.cli.validate import WARMUP_WAVES, WAVES
 from hetsim.cluster import Cluster, GpuSlot, LinkSpec, Node
 from hetsim.errors import HetsimError, PlanError
@@ -210,7 +211,7 @@ def validate_plan(plan: Plan, *, model: str | None = None, model_kwargs: dict | 
                                       model, model_kwargs or {})
         return with_optimizer_costs(measured, optimizer_seconds(
             model, schedule=plan.schedule, nm=plan.nm, wsp=plan.sync.mode == "wsp", bsp=plan.sync.mode == "bsp",
-            model_kwargs=model_kwargs, device=device), key)
+            model_kwargs=model_kwargs, device=device, optimizer=plan_optimizer(plan)), key)
     before = host_profile()
     measurement = launch(plan, cluster, model, profile=before, model_kwargs=model_kwargs,
                          options=ExecOptions(waves=waves, warmup_waves=warmup_waves, seed=seed,
@@ -378,7 +379,8 @@ def _host_now(plan: Plan, model: str, model_kwargs, slowdown, cores, link_Bps, l
     # One probe per rank: a tensor-parallel stage's members each run their share of its layers.
     ranks = [(s, k) for s in stages for k in range(s.tp)]
     # Each probe does the optimiser work of the plan's schedule (per minibatch, or per wave).
-    probes = {"tp": [(k, s.tp) for s, k in ranks], "schedule": plan.schedule, "nm": plan.nm, "sync": plan.sync.mode}
+    probes = {"tp": [(k, s.tp) for s, k in ranks], "schedule": plan.schedule, "nm": plan.nm, "sync": plan.sync.mode,
+              "optimizer": plan_optimizer(plan)}
     nccl = uses_nccl(device, "auto", len(ranks))
     latency_measured = latency_s is None
     if link_Bps is None or latency_s is None:

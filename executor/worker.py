@@ -20,6 +20,7 @@ from executor.checkpoint import last_common_wave, load_stage, save_stage
 from executor.data import SyntheticData
 from executor.emulation import Emulation
 from executor.layout import RankLayout, rank_layout, shard_indices
+from executor.optimizer import plan_optimizer
 from executor.options import ExecOptions
 from executor.placement import CPU, Placement, gpu_count, placement_for, uses_nccl
 from executor.record import RankRecord
@@ -40,14 +41,14 @@ __all__ = ["Job", "run_rank", "job_layout", "layer_values", "check_tp_layers"]
 
 def _saver(directory: str, rank: int, r: StageRank):
     def save(wave: int) -> None:
-        save_stage(directory, rank, wave, {"weights": r.model.weights, "momentum": r.model._buf,
+        save_stage(directory, rank, wave, {"weights": r.model.weights, "optimizer": r.model.rule.state_dict(),
                                            "version": r.model.version, "applied": r.applied})
     return save
 
 
 def _restore(runner: StageRank, state: dict) -> None:
     runner.model.weights = state["weights"]
-    runner.model._buf = state["momentum"]
+    runner.model.rule.load_state_dict(state["optimizer"])
     runner.model.version = state["version"]
     runner.model._mark()
     runner.applied = state["applied"]
@@ -346,13 +347,14 @@ def _chunks(job: Job, layout: RankLayout, role, graph, values, groups, placement
     spec = plan.virtual_workers[role.vw]
     kind = schedule_kind(plan.schedule)
     batch, n_stages = plan.minibatch_size, len(spec.stages)
+    optimizer = plan_optimizer(plan)
     shapes = lambda cut: [(batch, *values[k].shape[1:]) for k in graph.crossing(cut)]
     out = []
     for c, s in enumerate(range(role.stage, n_stages, spec.n_devices)):
         g = graph if c == 0 else _model(job)[0]
         lo, hi = spec.stages[s].layers
-        model = StageModel(g, lo, hi, is_last=s == n_stages - 1, lr=opts.lr, momentum=opts.momentum,
-                           device=placement.compute, loss_fn=stage_loss(g, hi))
+        model = StageModel(g, lo, hi, is_last=s == n_stages - 1, lr=opts.lr_for(optimizer), momentum=opts.momentum,
+                           device=placement.compute, loss_fn=stage_loss(g, hi), optimizer=optimizer)
         model.split_backward = kind.split_backward
         model.track_deltas = plan.sync.mode == "wsp"
         model.flat_grads = plan.sync.mode == "bsp"

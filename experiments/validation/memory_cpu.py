@@ -1,12 +1,12 @@
 """hetsim's memory model against what the executor's stage allocates, on CPU.
 
-One process runs a whole model as one stage of the executor (executor.stage.StageModel, SGD with
-momentum, gradients summed inside the backward) through flush waves of Nm minibatches: Nm forwards,
-then Nm backwards, then a step (GPipe's order: Nm minibatches in flight). The measured peak is the
-weights and momentum buffers plus the most bytes alive at once during the second wave, from torch's
-CPU allocation records (torch.profiler, profile_memory). The prediction is hetsim.memory's for the
-same stage: the model counted on the meta device (modelzoo.counting), optimizer "momentum", fp32,
-Nm in flight, no framework reserve (none on CPU).
+One process runs a whole model as one stage of the executor (executor.stage.StageModel with the
+case's optimizer, gradients summed inside the backward) through flush waves of Nm minibatches: Nm
+forwards, then Nm backwards, then a step (GPipe's order: Nm minibatches in flight). The measured peak
+is the weights and the optimizer's state plus the most bytes alive at once during the second wave,
+from torch's CPU allocation records (torch.profiler, profile_memory). The prediction is
+hetsim.memory's for the same stage: the model counted on the meta device (modelzoo.counting), the
+same optimizer, fp32, Nm in flight, no framework reserve (none on CPU).
 
     python experiments/validation/memory_cpu.py [--out experiments/validation/results/memory_cpu.md]
 """
@@ -27,19 +27,23 @@ from modelzoo.cpu_memory import peak_bytes_during
 from modelzoo.tasks import task_of
 from modelzoo.tp import stage_loss
 
-CASES = [("mlp", {"hidden": 1024, "depth": 8}, 256, nm) for nm in (1, 2, 4)] + \
-        [("gpt2-small", {"n_layer": 2, "seq_len": 64, "vocab_size": 1024}, 4, nm) for nm in (1, 2, 4)] + \
-        [("gpt2-small", {"n_layer": 2, "seq_len": 64}, 4, nm) for nm in (1, 2, 4)]
+MLP = ("mlp", {"hidden": 1024, "depth": 8}, 256)
+SMALL_GPT = ("gpt2-small", {"n_layer": 2, "seq_len": 64, "vocab_size": 1024}, 4)
+CASES = [(*MLP, nm, "momentum") for nm in (1, 2, 4)] + \
+        [(*SMALL_GPT, nm, "momentum") for nm in (1, 2, 4)] + \
+        [("gpt2-small", {"n_layer": 2, "seq_len": 64}, 4, nm, "momentum") for nm in (1, 2, 4)] + \
+        [(*case, 2, optimizer) for case in (MLP, SMALL_GPT) for optimizer in ("sgd", "adam")]
 
 
-def measured_peak_bytes(model: str, kwargs: dict, batch: int, nm: int) -> int:
-    """Weights and momentum buffers, plus the most bytes alive at once in a steady flush wave."""
+def measured_peak_bytes(model: str, kwargs: dict, batch: int, nm: int, optimizer: str = "momentum") -> int:
+    """Weights and the optimizer's state, plus the most bytes alive at once in a steady flush wave."""
     torch.manual_seed(0)
     net, example = modelzoo.build(model, batch=batch, **kwargs)
     graph = modelzoo.layer_graph(net)
     x, y = task_of(net, example).random_batch(batch, torch.Generator().manual_seed(0))
     n = len(graph)
-    stage = StageModel(graph, 0, n, is_last=True, lr=0.01, momentum=0.9, loss_fn=stage_loss(graph, n))
+    stage = StageModel(graph, 0, n, is_last=True, lr=0.01, momentum=0.9, loss_fn=stage_loss(graph, n),
+                       optimizer=optimizer)
     stage.sum_in_backward = True
 
     def wave() -> None:
@@ -49,23 +53,26 @@ def measured_peak_bytes(model: str, kwargs: dict, batch: int, nm: int) -> int:
             stage.backward(k, None, need_input_grads=False)
             stage.accumulate(k)
         stage.step()
-    wave()                                     # the momentum buffers exist from here on
+    wave()                                     # the optimizer's state exists from here on
     top = peak_bytes_during(wave)
-    held = sum(t.numel() * t.element_size() for t in stage.weights + [b for b in stage._buf if b is not None])
+    state = [t for kept in stage.rule.state if kept is not None for t in kept]
+    held = sum(t.numel() * t.element_size() for t in stage.weights + state)
     return held + top
 
 
-def predicted(model: str, kwargs: dict, batch: int, nm: int):
+def predicted(model: str, kwargs: dict, batch: int, nm: int, optimizer: str = "momentum"):
     profile, _ = counted_profile(model, batch, **kwargs)
     return stage_memory(profile, 0, profile.n_layers, in_flight=nm, asynchronous=False,
-                        settings=MemorySettings(optimizer="momentum"))
+                        settings=MemorySettings(optimizer=optimizer))
 
 
 def rows() -> list[dict]:
     out = []
-    for model, kwargs, batch, nm in CASES:
-        want, got = predicted(model, kwargs, batch, nm), measured_peak_bytes(model, kwargs, batch, nm)
+    for model, kwargs, batch, nm, optimizer in CASES:
+        want = predicted(model, kwargs, batch, nm, optimizer)
+        got = measured_peak_bytes(model, kwargs, batch, nm, optimizer)
         out.append({"model": model + "".join(f" {k}={v}" for k, v in kwargs.items()), "batch": batch, "nm": nm,
+                    "optimizer": optimizer,
                     "measured_MB": got / 1e6, "predicted_MB": want.total_bytes / 1e6,
                     "error_pct": 100 * (want.total_bytes - got) / got, "predicted_parts": want.describe()})
     return out
@@ -76,9 +83,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help="write the table here (markdown) as well as printing it")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
-    lines = ["| model | batch | Nm | measured MB | predicted MB | error | predicted (GiB) |", "|---|---|---|---|---|---|---|"]
+    lines = ["| model | batch | Nm | optimizer | measured MB | predicted MB | error | predicted (GiB) |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in rows():
-        lines.append(f"| {r['model']} | {r['batch']} | {r['nm']} | {r['measured_MB']:.1f} | {r['predicted_MB']:.1f} | "
+        lines.append(f"| {r['model']} | {r['batch']} | {r['nm']} | {r['optimizer']} | {r['measured_MB']:.1f} | "
+                     f"{r['predicted_MB']:.1f} | "
                      f"{r['error_pct']:+.1f} % | {r['predicted_parts']} |")
     table = "\n".join(lines)
     print(table)

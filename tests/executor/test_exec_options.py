@@ -61,6 +61,18 @@ def test_a_mixed_precision_plan_is_refused_before_any_rank_starts(precision):
         check_job_plan(plan, None, plan.model)
 
 
+@pytest.mark.parametrize("change,message", [
+    ({"recompute": True}, "recompute: the executor keeps every activation"),
+    ({"optimizer_state_copies": 2}, "optimizer_state_copies 2: the executor trains a named optimizer"),
+])
+def test_what_the_executor_does_not_train_as_planned_is_refused_before_any_rank_starts(change, message):
+    from dataclasses import replace
+    from hetsim.plan import load_plan
+    plan = replace(load_plan(PLAN), **change)
+    with pytest.raises(HetsimError, match=message):
+        make_job(plan, "cpu_host")
+
+
 def test_an_output_folder_that_cannot_be_written_is_refused_before_the_run(tmp_path):
     (tmp_path / "file").write_text("")
     with pytest.raises(HetsimError, match=r"^out .*file.*: .*is a file, not a folder"):

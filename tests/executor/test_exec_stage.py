@@ -182,7 +182,7 @@ def test_the_memory_model_is_within_a_few_percent_of_an_mlp_stages_allocations()
     check = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(check)
     kwargs = {"hidden": 512, "depth": 4}
-    for nm in (2, 4):
-        got = check.measured_peak_bytes("mlp", kwargs, 128, nm)
-        want = check.predicted("mlp", kwargs, 128, nm).total_bytes
-        assert abs(want - got) / got < 0.08, (nm, want, got)
+    for nm, optimizer in ((2, "momentum"), (4, "momentum"), (2, "sgd"), (2, "adam")):
+        got = check.measured_peak_bytes("mlp", kwargs, 128, nm, optimizer)
+        want = check.predicted("mlp", kwargs, 128, nm, optimizer).total_bytes
+        assert abs(want - got) / got < 0.08, (nm, optimizer, want, got)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -15,13 +17,18 @@ from exec_helpers import host, mlp_plan
 LR, MOMENTUM, SEED, BATCH = 0.05, 0.9, 3, 16
 
 
-def reference_losses(n_minibatches: int, n_vw: int = 1) -> list[float]:
-    """Plain training: torch.optim.SGD on the whole model; with several VWs, the mean loss of their
-    minibatches (what BSP's averaged gradients compute)."""
+OPTIMIZERS = {None: lambda p: torch.optim.SGD(p, lr=LR, momentum=MOMENTUM),
+              "sgd": lambda p: torch.optim.SGD(p, lr=LR), "adam": lambda p: torch.optim.Adam(p, lr=LR),
+              "adamw": lambda p: torch.optim.AdamW(p, lr=LR)}
+
+
+def reference_losses(n_minibatches: int, n_vw: int = 1, optimizer: str | None = None) -> list[float]:
+    """Plain training: torch.optim.SGD with momentum (or the `optimizer` named) on the whole model;
+    with several VWs, the mean loss of their minibatches (what BSP's averaged gradients compute)."""
     torch.manual_seed(SEED)
     model, example = modelzoo.build("mlp", batch=1)
     data = SyntheticData(task=task_of(model, example), mode="teacher", seed=SEED, batch=BATCH)
-    opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
+    opt = OPTIMIZERS[optimizer](model.parameters())
     losses = []
     for mb in range(n_minibatches):
         per_vw = [torch.nn.functional.cross_entropy(model(data.inputs(v, mb)), data.labels(v, mb))
@@ -70,14 +77,14 @@ def test_weight_stashing_backward_uses_the_forward_version():
     assert report.gpus[0].memory_breakdown["stashed_weights_bytes"] > 0
 
 
-def reference_wave_losses(waves: int, nm: int, n_vw: int = 1) -> list[float]:
+def reference_wave_losses(waves: int, nm: int, n_vw: int = 1, optimizer: str | None = None) -> list[float]:
     """Plain flush training: every minibatch of a wave (of every VW, as BSP averages them) on the same
-    weights, then one SGD step with the mean gradient (GPipe / PipeDream-Flush semantics). Losses in
-    (vw, minibatch) order."""
+    weights, then one step with the mean gradient (GPipe / PipeDream-Flush semantics) of SGD with
+    momentum or the `optimizer` named. Losses in (vw, minibatch) order."""
     torch.manual_seed(SEED)
     model, example = modelzoo.build("mlp", batch=1)
     data = SyntheticData(task=task_of(model, example), mode="teacher", seed=SEED, batch=BATCH)
-    opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
+    opt = OPTIMIZERS[optimizer](model.parameters())
     losses = {}
     for w in range(waves):
         opt.zero_grad()
@@ -87,6 +94,24 @@ def reference_wave_losses(waves: int, nm: int, n_vw: int = 1) -> list[float]:
         (sum(wave.values()) / (nm * n_vw)).backward()
         opt.step()
     return [losses[key] for key in sorted(losses)]
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
+def test_the_plans_optimizer_trains_like_torch_optim(optimizer):
+    """Per-minibatch updates (1F1B, Nm 1) and a BSP flush step over two VWs, each with the plan's
+    optimizer, compute the losses torch.optim's computes in one process (sgd: no state; adamw: two
+    buffers, bias correction by step count, decoupled decay; every rule against torch.optim in
+    test_exec_optimizer.py)."""
+    plan = replace(mlp_plan([[0, 3, 6, 9]], nm=1, schedule="1f1b", batch=BATCH), optimizer=optimizer)
+    got = [loss for _, _, loss in measured(plan, waves=5).training["losses"]]
+    assert got == pytest.approx([l[0] for l in reference_losses(5, optimizer=optimizer)], abs=1e-5)
+    plan = replace(mlp_plan([[0, 4, 9]] * 2, nm=2, schedule="1f1b-flush", sync=SyncSpec(mode="bsp"), batch=BATCH),
+                   optimizer=optimizer)
+    report = measured(plan, waves=3)
+    got = [loss for _, _, loss in sorted(report.training["losses"])]
+    want = reference_wave_losses(3, 2, 2, optimizer)
+    assert got == pytest.approx(want, abs=1e-5)
+    assert report.settings["optimizer"] == optimizer
 
 
 @pytest.mark.parametrize("n_vw,sync,cuts", [(1, SyncSpec(), [0, 4, 9]), (2, SyncSpec(mode="bsp"), [0, 4, 9]),
