@@ -6,13 +6,14 @@ The extended cases (issue 16, item 10; not --quick) leave that mould: unequal cu
 a slowed last stage, BSP with one slowed rank, WSP with other cuts in each virtual worker, and one
 small plan of every other zoo family, each at a minibatch of 40-230 ms of CPU work (`zoo_cases`; the
 GPT's ~620 ms), cut where the profile's work reaches half (a third, two thirds for three stages;
-the decoders after their blocks, as experiments/validation/plans/tp2_gpt.json's GPT).
+the decoders after their blocks, as experiments/validation/plans/tp2_gpt.json's GPT). Three more
+train with Adam, AdamW and plain SGD (`optimizer_cases`) where the rest use SGD with momentum.
 """
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from hetsim.plan import Plan, StageSpec, SyncSpec, VirtualWorker
 
@@ -80,6 +81,7 @@ def cases(batch: int = BATCH) -> list[Case]:
         *shape_cases(batch),
         *schedule_cases(batch),
         *zoo_cases(),
+        *optimizer_cases(batch),
     ]
 
 
@@ -116,6 +118,21 @@ def schedule_cases(batch: int = BATCH) -> list[Case]:
         Case(plan=_plan_of("s2_nm4_zb-h1", 1, 2, 4, "zb-h1", SyncSpec(), batch)),
         Case(plan=interleaved),
         Case(plan=_plan_of("s3_nm4_1f1b-deepspeed", 1, 3, 4, "1f1b-deepspeed", SyncSpec(), batch)),
+    ]
+
+
+def optimizer_cases(batch: int = BATCH) -> list[Case]:
+    """The mlp's plans with other optimizers than SGD with momentum: Adam's update after every minibatch
+    (several passes over every weight, each time), AdamW's step once a wave after BSP's all-reduce,
+    and plain SGD under WSP (a change computed and pushed with no optimizer state)."""
+    with_optimizer = lambda case, optimizer: Case(plan=replace(case.plan, name=f"{case.name}_{optimizer}",
+                                                               optimizer=optimizer), slowdown=case.slowdown)
+    return [
+        with_optimizer(Case(plan=_plan_of("s2_nm2_1f1b", 1, 2, 2, "1f1b", SyncSpec(), batch)), "adam"),
+        with_optimizer(Case(plan=_plan_of("vw2_s2_nm2_bsp", 2, 2, 2, "1f1b-flush", SyncSpec(mode="bsp"), batch)),
+                       "adamw"),
+        with_optimizer(Case(plan=_plan_of("vw2_s2_nm2_wsp_d1", 2, 2, 2, "1f1b",
+                                          SyncSpec(mode="wsp", staleness_bound=1), batch)), "sgd"),
     ]
 
 
