@@ -2,9 +2,9 @@
 
 hetsim's simulator runs UPDATE and STEP in no time; the executor spends real CPU on them (SGD with
 momentum touches every weight two or three times, Adam several more, flush schedules add each
-minibatch's gradients, WSP computes each update's change and adds it to its wave's sum). `optimizer_seconds` times that work
-with the executor's own StageModel over the whole model and spreads it over the layers by parameter
-count (the work is elementwise). It is timed in thread CPU seconds, the unit of work the simulator
+minibatch's gradients, WSP computes each update's change and adds it to its wave's sum).
+`optimizer_seconds` times that work with the executor's own StageModel over the whole model and
+spreads it over the layers by parameter count (the work is elementwise). It is timed in thread CPU seconds, the unit of work the simulator
 shares among a node's cores; on CUDA, in wall seconds up to a synchronisation.
 """
 
@@ -29,7 +29,8 @@ __all__ = ["optimizer_seconds", "link_speed", "collective_call", "collective_lat
 
 
 def optimizer_seconds(model: str, *, schedule: str, nm: int, wsp: bool, bsp: bool = False, repeats: int = 9,
-                      model_kwargs: dict | None = None, device: str = "cpu", optimizer: str = "momentum") -> list[float]:
+                      model_kwargs: dict | None = None, device: str = "cpu",
+                      optimizer: str = "momentum") -> list[float]:
     """Seconds per minibatch of `optimizer`'s work on each layer (asynchronous: one update per
     minibatch; flush: one gradient accumulation per minibatch plus 1/nm of a step). `wsp` includes
     computing and summing each update's weight change; `bsp` accumulates into the flat vector the

@@ -1,7 +1,7 @@
 """Per-wave checkpoints of every stage's training state, and finding where to resume.
 
 A flush schedule (gpipe, 1f1b-flush) has a consistent cut after each wave's STEP: no minibatch is in
-flight, so a stage's weights, momentum and counters are its whole state, and the data is a function
+flight, so a stage's weights, optimizer state and counters are its whole state, and the data is a function
 of (seed, vw, minibatch). The executor saves each stage after STEP w and resumes every stage after
 the last wave all of them saved. Files live in one directory that every rank can reach, with
 `fingerprint.json`: a hash of the plan and the model that wrote them. A resume refuses checkpoints of

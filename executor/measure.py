@@ -68,8 +68,10 @@ def _clip(rec: RankRecord, origin: float, start: float, end: float) -> dict[str,
 def _settings(opts, plan, backend: str) -> dict:
     optimizer = plan_optimizer(plan)
     return {"waves": opts.waves, "warmup_waves": opts.warmup_waves, "seed": opts.seed, "data": opts.data,
-            "optimizer": optimizer, "lr": opts.lr_for(optimizer), "momentum": opts.momentum,
-            "slowdown": dict(sorted(opts.slowdown.items())), "threads_per_rank": opts.threads, "backend": backend, "device": opts.device}
+            "optimizer": optimizer, "lr": opts.lr_for(optimizer),
+            **({"momentum": opts.momentum} if optimizer == "momentum" else {}),
+            "slowdown": dict(sorted(opts.slowdown.items())), "threads_per_rank": opts.threads, "backend": backend,
+            "device": opts.device}
 
 
 def _gpus(job, layout: RankLayout, records, clipped, span: float) -> list[GpuStats]:

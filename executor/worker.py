@@ -48,6 +48,9 @@ def _saver(directory: str, rank: int, r: StageRank):
 
 def _restore(runner: StageRank, state: dict) -> None:
     runner.model.weights = state["weights"]
+    if "optimizer" not in state:      # written before other optimizers: SGD with momentum's buffers
+        state["optimizer"] = {"optimizer": "momentum", "steps": 0,
+                              "state": [None if b is None else (b,) for b in state["momentum"]]}
     runner.model.rule.load_state_dict(state["optimizer"])
     runner.model.version = state["version"]
     runner.model._mark()

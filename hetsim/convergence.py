@@ -288,15 +288,30 @@ def _refine(observations, point, rounds: int = 200) -> tuple:
     return point
 
 
+def optimizer_mismatch(model: ConvergenceModel, optimizer: str | None) -> str:
+    """Why the entry cannot predict plans training with `optimizer` (a plan's; None: SGD with
+    momentum), or "": samples to a target fitted with one optimizer say nothing of another."""
+    fitted, planned = model.trained_with.get("optimizer"), optimizer or "momentum"
+    if fitted is None or fitted == planned:
+        return ""
+    return (f"the {model.model}/{model.task} entry of gpu_profiles/{_FILE} was fitted on runs training with "
+            f"{fitted}, and the plan trains with {planned}; fit one for it with experiments/time_to_accuracy/fit.py")
+
+
 # what the CLI calls ------------------------------------------------------------------------------
 def attach_time_to_accuracy(report, target: float | None = None, path: str | Path | None = None) -> None:
-    """Give `report` its time_to_accuracy section when its model has a convergence entry (`hetsim
-    simulate`); asking for a target of a model without one is an error."""
+    """Give `report` its time_to_accuracy section when its model has a convergence entry fitted with
+    the plan's optimizer (`hetsim simulate`); asking for a target without one is an error."""
     model = load_convergence(report.model, path=path)
     if model is None:
         if target is not None:
             raise HetsimError(f"--target-loss: no convergence entry for model {report.model!r} in "
                               f"gpu_profiles/{_FILE}; fit one with experiments/time_to_accuracy/fit.py")
+        return
+    mismatch = optimizer_mismatch(model, report.plan.get("optimizer"))
+    if mismatch:
+        if target is not None:
+            raise HetsimError(f"--target-loss: {mismatch}")
         return
     ttt = time_to_target(model, report, target)
     report.time_to_accuracy = {**ttt.to_dict(), "entry": f"{model.model}/{model.task}"}
@@ -313,6 +328,8 @@ def rank_plans(result, cluster, profile, space, target: float | None = None, pat
     if model is None:
         raise HetsimError(f"--objective time-to-accuracy: no convergence entry for model {profile.model!r} in "
                           f"gpu_profiles/{_FILE}; fit one with experiments/time_to_accuracy/fit.py")
+    if optimizer_mismatch(model, space.optimizer):
+        raise HetsimError(f"--objective time-to-accuracy: {optimizer_mismatch(model, space.optimizer)}")
     simulated = [c for c in result.candidates if c.simulated_mb_s is not None]
     timed = []
     for c in simulated:

@@ -45,7 +45,8 @@ def vw_schedule(plan: Plan, vw: VirtualWorker, cluster: Cluster, profile: ModelP
         topology = topology or Topology(cluster)
         costs = []
         for s, stage in enumerate(vw.stages):
-            times = profile.stage_times_tp(cluster.gpu(stage.gpu).type.name, *stage.layers, stage.tp)
+            times = profile.stage_times_tp(cluster.gpu(stage.gpu).type.name, *stage.layers, stage.tp,
+                                           plan.recompute)
             fwd, bwd = times.fwd_s, times.bwd_s
             comm = 0.0
             if s + 1 < len(vw.stages):

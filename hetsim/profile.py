@@ -33,12 +33,17 @@ def tp_key(gpu_type: str, tp: int) -> str:
 @dataclass(frozen=True)
 class StageTimes:
     """A stage's seconds per minibatch on one replica; `measured_tp` when its TP all-reduces are
-    inside the times (measured on a TP group) rather than left to the simulator."""
+    inside the times (measured on a TP group) rather than left to the simulator. With activation
+    recomputation the backward runs the forward again first: `bwd_s` includes it, `recompute_s`."""
 
     fwd_s: float
     bwd_s: float
     update_s: float
     measured_tp: bool
+    recompute_s: float = 0.0
+
+    def recomputed(self) -> "StageTimes":
+        return replace(self, bwd_s=self.bwd_s + self.fwd_s, recompute_s=self.fwd_s)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -165,8 +170,13 @@ class ModelProfile:
         t = self.stage_times_tp(gpu_type, lo, hi, 1)
         return t.fwd_s, t.bwd_s
 
-    def stage_times_tp(self, gpu_type: str, lo: int, hi: int, tp: int) -> StageTimes:
-        """Seconds of layers [lo, hi) on one replica: a GPU, or a tensor-parallel group of `tp`."""
+    def stage_times_tp(self, gpu_type: str, lo: int, hi: int, tp: int, recompute: bool = False) -> StageTimes:
+        """Seconds of layers [lo, hi) on one replica: a GPU, or a tensor-parallel group of `tp`;
+        with `recompute`, each backward runs the forward again first (full activation recomputation)."""
+        times = self._stage_times(gpu_type, lo, hi, tp)
+        return times.recomputed() if recompute else times
+
+    def _stage_times(self, gpu_type: str, lo: int, hi: int, tp: int) -> StageTimes:
         self.require_gpu_type(gpu_type)
         key = tp_key(gpu_type, tp)
         if key in self._time_prefix:
@@ -181,15 +191,19 @@ class ModelProfile:
         return StageTimes(float(fwd[hi] - fwd[lo]) / tp, float(bwd[hi] - bwd[lo]) / tp,
                           float(upd[hi] - upd[lo]) / tp, measured_tp=False)
 
-    def stage_tp_allreduce_bytes(self, lo: int, hi: int, backward: bool = False) -> int:
-        """Bytes a forward (or backward) of layers [lo, hi) all-reduces in a tensor-parallel group."""
+    def stage_tp_allreduce_bytes(self, lo: int, hi: int, backward: bool = False, recompute: bool = False) -> int:
+        """Bytes a forward (or backward) of layers [lo, hi) all-reduces in a tensor-parallel group; a
+        backward with `recompute` makes the forward's all-reduces again too."""
         nbytes = self._tp_prefix[backward][0]
-        return int(nbytes[hi] - nbytes[lo])
+        again = self.stage_tp_allreduce_bytes(lo, hi) if backward and recompute else 0
+        return int(nbytes[hi] - nbytes[lo]) + again
 
-    def stage_tp_allreduce_calls(self, lo: int, hi: int, backward: bool = False) -> int:
-        """All-reduce calls of a forward (or backward) of layers [lo, hi) in a tensor-parallel group."""
+    def stage_tp_allreduce_calls(self, lo: int, hi: int, backward: bool = False, recompute: bool = False) -> int:
+        """All-reduce calls of a forward (or backward, with `recompute` the forward's again too) of
+        layers [lo, hi) in a tensor-parallel group."""
         calls = self._tp_prefix[backward][1]
-        return int(calls[hi] - calls[lo])
+        again = self.stage_tp_allreduce_calls(lo, hi) if backward and recompute else 0
+        return int(calls[hi] - calls[lo]) + again
 
     def stage_param_bytes(self, lo: int, hi: int) -> int:
         return int(self._param_prefix[hi] - self._param_prefix[lo])

@@ -109,11 +109,14 @@ class Topology:
         # The bytes' term in the order the estimates always computed it, so that zero latencies change nothing.
         return steps / tp * nbytes / link.bandwidth_Bps + calls * (steps * link.latency_s + link.collective_latency_s)
 
-    def tp_passes_s(self, node: str, tp: int, profile, lo: int, hi: int, scale: float = 1.0) -> float:
+    def tp_passes_s(self, node: str, tp: int, profile, lo: int, hi: int, scale: float = 1.0,
+                    recompute: bool = False) -> float:
         """A forward's and a backward's all-reduces of layers [lo, hi) of `profile` (tp_pass_s each),
-        their bytes times `scale` (Plan.activation_scale)."""
-        return sum(self.tp_pass_s(node, tp, profile.stage_tp_allreduce_bytes(lo, hi, backward) * scale,
-                                  profile.stage_tp_allreduce_calls(lo, hi, backward)) for backward in (False, True))
+        their bytes times `scale` (Plan.activation_scale); with `recompute` the backward's include the
+        recomputed forward's."""
+        return sum(self.tp_pass_s(node, tp, profile.stage_tp_allreduce_bytes(lo, hi, backward, recompute) * scale,
+                                  profile.stage_tp_allreduce_calls(lo, hi, backward, recompute))
+                   for backward in (False, True))
 
     def bottleneck_Bps(self, src: str, dst: str) -> float:
         """The slowest link's bandwidth on the route, for analytic estimates (inf if local)."""

@@ -211,3 +211,23 @@ def test_plan_ranks_by_time_to_accuracy_or_names_the_missing_entry(tmp_path, cap
     (tmp_path / "p.yaml").write_text(_mlp_profile_yaml().replace("model: mlp", "model: toy"))
     assert main(args) == 2
     assert "no convergence entry for model 'toy'" in capsys.readouterr().err
+
+
+def test_an_entry_fitted_with_another_optimizer_predicts_no_time_to_accuracy(tmp_path, capsys):
+    from hetsim.cli import main
+    assert load_convergence("mlp").trained_with["optimizer"] == "momentum"
+    (tmp_path / "c.yaml").write_text(TINY_CLUSTER_YAML)
+    (tmp_path / "p.yaml").write_text(_mlp_profile_yaml())
+    plan = {"name": "p", "model": "mlp", "minibatch_size": 128, "nm": 2, "schedule": "1f1b", "sync": {"mode": "none"},
+            "optimizer": "adam", "virtual_workers": [{"name": "vw0", "stages": [
+                {"gpu": "node0/gpu0", "layers": [0, 2]}, {"gpu": "node0/gpu1", "layers": [2, 4]}]}]}
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    args = ["simulate", "--cluster", str(tmp_path / "c.yaml"), "--profile", str(tmp_path / "p.yaml"),
+            "--plan", str(tmp_path / "plan.json"), "--waves", "6"]
+    assert main(args + ["--json"]) == 0
+    assert "time_to_accuracy" not in json.loads(capsys.readouterr().out)
+    assert main(args + ["--target-loss", "1.2"]) == 2
+    assert "fitted on runs training with momentum, and the plan trains with adam" in capsys.readouterr().err
+    assert main(["plan", "--cluster", str(tmp_path / "c.yaml"), "--model", str(tmp_path / "p.yaml"), "--nm", "2",
+                 "--waves", "6", "--jobs", "1", "--objective", "time-to-accuracy", "--optimizer", "adam"]) == 2
+    assert "the plan trains with adam" in capsys.readouterr().err

@@ -58,7 +58,7 @@ def fit_entry(runs: list[dict], staleness: str = "predicted") -> ConvergenceMode
     return ConvergenceModel(
         model=MODEL, task=TASK, minibatch_size=batch, smoothing=SMOOTHING, default_target=DEFAULT_TARGET,
         targets=tuple(fit_target(t, observations(fitted, t, staleness)) for t in TARGETS),
-        trained_with={"model_kwargs": MODEL_KWARGS, "lr": LR, "momentum": MOMENTUM, "optimizer": "sgd",
+        trained_with={"model_kwargs": MODEL_KWARGS, "lr": LR, "momentum": MOMENTUM, "optimizer": "momentum",
                       "data": f"teacher (executor.data), seeds {sorted({r.get('seed', 0) for r in fitted})}"},
         source=(f"experiments/time_to_accuracy/fit.py from executor runs of {', '.join(r['name'] for r in fitted)} "
                 f"(minibatches measured, staleness {staleness})"))

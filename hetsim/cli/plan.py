@@ -53,7 +53,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="optimizer whose state each stage keeps: sgd none, momentum one copy of the weights, "
                    "adam/adamw two (default: one FP32 copy, as momentum)")
     p.add_argument("--recompute", action="store_true",
-                   help="plans recompute activations in the backward pass: a stage keeps only each layer's input")
+                   help="plans recompute activations: a stage keeps only each layer's input, and each backward "
+                   "runs the forward again")
     p.add_argument("--slowdown", action="append", default=[], metavar="GPU=FACTOR",
                    help="plan for a GPU, or every GPU of a node, running slower: node2/gpu1=1.5 or node2=1.5 "
                    "(repeatable)")
@@ -162,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
     if args.cost_model == "pipedream":
         from hetsim.planner.pipedream_cost import optimum_line, rerank
         result = rerank(result, cluster)
-        print(optimum_line(profile, cluster))
+        print(optimum_line(profile, cluster, space.memory.activation_scale))
     accuracy = ""
     if args.objective == "time-to-accuracy":
         from hetsim.convergence import rank_plans

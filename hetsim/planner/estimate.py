@@ -203,11 +203,11 @@ def plan_partitions(plan, cluster, profile) -> list[VwPartition]:
         compute, transfer, nbytes = [], [], []
         for s, stage in enumerate(vw.stages):
             lo, hi = stage.layers
-            times = profile.stage_times_tp(cluster.gpu(stage.gpu).type.name, lo, hi, stage.tp)
+            times = profile.stage_times_tp(cluster.gpu(stage.gpu).type.name, lo, hi, stage.tp, plan.recompute)
             ring = 0.0
             if stage.tp > 1 and not times.measured_tp:
                 ring = topology.tp_passes_s(topology.node_of(stage.gpu), stage.tp, profile, lo, hi,
-                                            plan.activation_scale)
+                                            plan.activation_scale, plan.recompute)
             compute.append(times.fwd_s + times.bwd_s + ring)
             if s + 1 < len(vw.stages):
                 nxt = vw.stages[s + 1].gpu

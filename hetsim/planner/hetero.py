@@ -149,26 +149,28 @@ def _link_s(topology: Topology, src: GpuSlot, dst: GpuSlot, nbytes):
     return route.latency_s + nbytes / topology.bottleneck_Bps(src.id, dst.id)
 
 
-def _compute(profile, gpu: GpuSlot, cache, topology: Topology, tp: int = 1, scale: float = 1.0) -> np.ndarray:
+def _compute(profile, gpu: GpuSlot, cache, topology: Topology, tp: int = 1,
+             memory: MemorySettings = MemorySettings()) -> np.ndarray:
     """c[i, j]: forward + backward seconds of layers [i, j) on one GPU, or on a tensor-parallel group
     of `tp` GPUs of its node led by it: the profile's TP times (`stage_times_tp`), plus, when they
-    leave them out, the activation all-reduces forward and backward on the lead's node link at
-    `scale` of the profile's bytes (Topology.tp_passes_s, as `hetsim.planner.estimate.plan_partitions`
-    counts)."""
-    gpu_type = gpu.type.name
+    leave them out, the activation all-reduces forward and backward on the lead's node link at the
+    precision's bytes (Topology.tp_passes_s, as `hetsim.planner.estimate.plan_partitions` counts);
+    with recomputation the backward runs the forward again (and its all-reduces)."""
+    gpu_type, scale, redo = gpu.type.name, memory.activation_scale, memory.recompute
     if tp == 1:
-        key = ("compute", gpu_type)
+        key = ("compute", gpu_type, redo)
         if key not in cache:
             profile.require_gpu_type(gpu_type)
-            total = np.cumsum([0.0] + [l.fwd_s[gpu_type] + l.bwd_s[gpu_type] for l in profile.layers])
+            passes = 2 if redo else 1
+            total = np.cumsum([0.0] + [passes * l.fwd_s[gpu_type] + l.bwd_s[gpu_type] for l in profile.layers])
             cache[key] = total[None, :] - total[:, None]
         return cache[key]
-    key = ("compute", gpu_type, tp, topology.cluster.node(gpu.node).intra_link, scale)   # shared by like nodes
+    key = ("compute", gpu_type, tp, topology.cluster.node(gpu.node).intra_link, scale, redo)   # like nodes share it
     if key not in cache:
         total = np.zeros(profile.n_layers + 1)
         for hi in range(1, profile.n_layers + 1):
-            times = profile.stage_times_tp(gpu_type, 0, hi, tp)
-            ring = 0.0 if times.measured_tp else topology.tp_passes_s(gpu.node, tp, profile, 0, hi, scale)
+            times = profile.stage_times_tp(gpu_type, 0, hi, tp, redo)
+            ring = 0.0 if times.measured_tp else topology.tp_passes_s(gpu.node, tp, profile, 0, hi, scale, redo)
             total[hi] = times.fwd_s + times.bwd_s + ring
         cache[key] = total[None, :] - total[:, None]
     return cache[key]
@@ -178,9 +180,8 @@ def _stage_matrix(profile, gpus, s, topology, cache, rows, n_ends, tp: int,
                   memory: MemorySettings) -> np.ndarray:
     """t[i, j] for start i in `rows` and end j < n_ends: compute of layers [i, j) on GPU s plus
     receiving cut i and sending cut j, at the precision's bytes."""
-    scale = memory.activation_scale
-    t = np.array(_compute(profile, gpus[s], cache, topology, tp, scale)[rows, :n_ends])    # a copy to work in
-    cuts = cache["cuts"] * scale
+    t = np.array(_compute(profile, gpus[s], cache, topology, tp, memory)[rows, :n_ends])    # a copy to work in
+    cuts = cache["cuts"] * memory.activation_scale
     if s > 0:
         t += _link_s(topology, gpus[s - 1], gpus[s], cuts[rows])[:, None]
     if s + 1 < len(gpus):
@@ -221,10 +222,9 @@ def _max_end(profile, gpu: GpuSlot, flight: int, schedule: str, memory: MemorySe
 def _describe(profile, gpus, bounds, topology, nm, schedule, memory: MemorySettings, cache,
               tp: int = 1) -> VwPartition:
     k = len(gpus)
-    scale = memory.activation_scale
-    compute = tuple(float(_compute(profile, g, cache, topology, tp, scale)[bounds[s], bounds[s + 1]])
+    compute = tuple(float(_compute(profile, g, cache, topology, tp, memory)[bounds[s], bounds[s + 1]])
                     for s, g in enumerate(gpus))
-    wire = [profile.cut_bytes(bounds[s + 1]) * scale for s in range(k - 1)]
+    wire = [profile.cut_bytes(bounds[s + 1]) * memory.activation_scale for s in range(k - 1)]
     transfer = tuple(float(_link_s(topology, gpus[s], gpus[s + 1], wire[s])) for s in range(k - 1))
     stage = stage_seconds(compute, transfer, schedule)
     footprint = tuple(stage_memory(profile, bounds[s], bounds[s + 1], in_flight=in_flight(schedule, k, s, nm),

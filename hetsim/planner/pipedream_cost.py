@@ -195,8 +195,13 @@ def rerank(result: SearchResult, cluster: Cluster) -> SearchResult:
     return SearchResult(candidates=tuple(feasible + rest), simulated=0)
 
 
-def optimum_line(profile: ModelProfile, cluster: Cluster) -> str:
-    """One line for `hetsim plan`: PipeDream's own optimum on this cluster, or why it has none."""
+def optimum_line(profile: ModelProfile, cluster: Cluster, activation_scale: float = 1.0) -> str:
+    """One line for `hetsim plan`: PipeDream's own optimum on this cluster, or why it has none, with
+    activations on the wire at `activation_scale` of the profile's bytes (a 16-bit plan's half)."""
+    if activation_scale != 1.0:
+        wire = lambda b: int(b * activation_scale)
+        profile = replace(profile, input_bytes=wire(profile.input_bytes),
+                          layers=tuple(replace(l, output_bytes=wire(l.output_bytes)) for l in profile.layers))
     try:
         config = pipedream_config(profile, cluster)
     except PlanError as exc:

@@ -148,7 +148,8 @@ def _build_stages(world: World, plan: Plan, profile: ModelProfile, rec: Recorder
         for s, spec in enumerate(vw.stages):
             slot = world.cluster.gpu(spec.gpu)
             lo, hi = spec.layers
-            times = profile.stage_times_tp(slot.type.name, lo, hi, spec.tp)
+            times = profile.stage_times_tp(slot.type.name, lo, hi, spec.tp, plan.recompute)
+            redo = plan.recompute
             row.append(Stage(vw=v, index=s, n_stages=len(gpus), gpu=spec.gpu,
                              device=world.devices[spec.gpu], layers=spec.layers, fwd_s=times.fwd_s,
                              bwd_s=times.bwd_s, out_bytes=int(profile.cut_bytes(hi) * wire),
@@ -163,10 +164,11 @@ def _build_stages(world: World, plan: Plan, profile: ModelProfile, rec: Recorder
                              else int(profile.stage_tp_allreduce_bytes(lo, hi) * wire),
                              tp_allreduce_calls=profile.stage_tp_allreduce_calls(lo, hi),
                              tp_allreduce_bwd_bytes=0 if times.measured_tp
-                             else int(profile.stage_tp_allreduce_bytes(lo, hi, backward=True) * wire),
-                             tp_allreduce_bwd_calls=profile.stage_tp_allreduce_calls(lo, hi, backward=True),
+                             else int(profile.stage_tp_allreduce_bytes(lo, hi, True, redo) * wire),
+                             tp_allreduce_bwd_calls=profile.stage_tp_allreduce_calls(lo, hi, True, redo),
                              update_s=times.update_s,
-                             bwd_weight_s=times.bwd_s * WEIGHT_GRAD_FRACTION if kind.split_backward else 0.0,
+                             bwd_weight_s=((times.bwd_s - times.recompute_s) * WEIGHT_GRAD_FRACTION
+                                           if kind.split_backward else 0.0),
                              blocking_p2p=plan.blocking_p2p,
                              rendezvous_p2p=kind.explicit_p2p and not plan.blocking_p2p,
                              first_device=spec.gpu == gpus[0]))

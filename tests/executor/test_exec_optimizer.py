@@ -69,3 +69,22 @@ def test_a_plan_names_its_optimizer_or_gives_copies_the_executor_can_read():
     assert plan_optimizer(replace(plan, optimizer="adamw", optimizer_state_copies=0)) == "adamw"
     with pytest.raises(PlanError, match="optimizer_state_copies 2: .* set optimizer"):
         plan_optimizer(replace(plan, optimizer_state_copies=2))
+
+
+def test_a_checkpoint_written_before_other_optimizers_resumes_with_its_momentum_buffers():
+    from types import SimpleNamespace
+
+    import modelzoo
+    from executor.stage import StageModel
+    from executor.worker import _restore
+    graph = lambda: modelzoo.layer_graph(modelzoo.build("mlp", batch=1)[0])
+    model = StageModel(graph(), 0, 9, is_last=True, lr=0.1, momentum=0.9)
+    bufs = [torch.full_like(w, 0.5) for w in model.weights]
+    legacy = lambda: {"weights": model.weights, "momentum": bufs, "version": 3, "applied": 7}
+    runner = SimpleNamespace(model=model, applied=0)
+    _restore(runner, legacy())
+    assert [s[0] for s in model.rule.state] == bufs and runner.applied == 7 and model.version == 3
+    adam = SimpleNamespace(model=StageModel(graph(), 0, 9, is_last=True, lr=0.1, momentum=0.9, optimizer="adam"),
+                           applied=0)
+    with pytest.raises(PlanError, match="checkpoint: optimizer momentum, this run's is adam"):
+        _restore(adam, legacy())

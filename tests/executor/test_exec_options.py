@@ -89,3 +89,15 @@ def test_a_malformed_rank_environment_is_one_line():
                           capture_output=True, text=True, env=env)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "executor: error: RANK='abc', WORLD_SIZE='5': expected whole numbers" in done.stderr
+
+
+def test_the_learning_rate_defaults_to_the_plans_optimizers_and_the_report_says_which():
+    from dataclasses import replace
+    from executor.measure import _settings
+    from hetsim.plan import load_plan
+    plan = load_plan(PLAN)
+    assert (ExecOptions().lr_for("adam"), ExecOptions().lr_for("momentum"), ExecOptions(lr=0.2).lr_for("adamw")) \
+        == (1e-3, 0.05, 0.2)
+    assert _settings(ExecOptions(), replace(plan, optimizer="adamw"), "gloo")["lr"] == 1e-3
+    settings = _settings(ExecOptions(), plan, "gloo")
+    assert (settings["optimizer"], settings["lr"], settings["momentum"]) == ("momentum", 0.05, 0.9)

@@ -40,7 +40,8 @@ def brute_force_ordered(p, gpus, topology, nm, schedule, memory=MemorySettings()
                                asynchronous=schedule in ASYNC_SCHEDULES, settings=memory)
             if mem.total_bytes > g.type.memory_bytes:
                 break
-            t = sum(p.stage_times(g.type.name, b[s], b[s + 1]))
+            fwd, bwd = p.stage_times(g.type.name, b[s], b[s + 1])
+            t = fwd * (2 if memory.recompute else 1) + bwd
             t += link(gpus[s - 1], g, b[s]) if s else 0.0
             t += link(g, gpus[s + 1], b[s + 1]) if s + 1 < k else 0.0
             times.append(t)

@@ -85,6 +85,15 @@ def test_heavy_weights_everywhere_give_a_straight_pipeline():
     assert config.label == "straight" and config.bottleneck_s == pytest.approx(1.0)
 
 
+def test_pipedreams_optimum_sends_16_bit_activations_at_half_the_bytes():
+    # Weights too heavy to replicate. At FP32 the cut (activation and gradient of 1 GB at 1 GB/s) takes
+    # 2 s, as long as the whole model on one GPU; in 16 bit 1 s, and the straight pipeline wins.
+    from hetsim.planner.pipedream_cost import optimum_line
+    profile = chain_profile([1.0, 1.0], [10**12, 10**12], [10**9, 0])
+    fp32, half = (optimum_line(profile, cluster(1, 2, 1e9, 1e9), scale) for scale in (1.0, 0.5))
+    assert " 0.5 samples/s" in fp32 and "straight over 2 GPUs, 1.0 samples/s" in half, (fp32, half)
+
+
 def test_weightless_model_is_plain_data_parallelism_over_every_gpu():
     # A cut costs 4 GB / 1 GB/s = 4 s inside a server, more across: replicate the whole model.
     profile = chain_profile([2.0, 2.0], [0, 0], [2 * 10**9, 0])

@@ -109,6 +109,22 @@ def test_activations_and_tp_all_reduces_cross_links_in_the_plans_precision(preci
     assert plan_partitions(plan, c, p)[0].transfer_bytes == (int(moved),)
 
 
+@pytest.mark.parametrize("t", [1, 2])
+def test_recomputation_runs_the_forward_and_its_all_reduces_again_in_the_backward(t):
+    # Two stages of one layer each, one minibatch in flight: F, then B with the forward again inside.
+    nbytes, bw = 8_000_000, 1e9
+    c = cluster([2, 2], intra_Bps=bw, net_Bps=bw)
+    base = profile(2, 0.010, 0.020, out_bytes=nbytes)
+    p = replace(base, layers=tuple(replace(l, tp_allreduce_bytes=nbytes) for l in base.layers))
+    groups = [[["node0/gpu0", "node0/gpu1"][:t], ["node1/gpu0", "node1/gpu1"][:t]]]
+    plan = replace(tp_plan(groups, [0, 1, 2], nm=1), recompute=True)
+    ring = 2 * (t - 1) * (nbytes / t) / bw
+    per_minibatch = 2 * (2 * 0.010 + 0.020) / t + 6 * ring + 2 * nbytes / bw   # F, recomputed F, B per stage
+    assert run(c, p, plan, waves=5).throughput["minibatches_per_s"] == pytest.approx(1 / per_minibatch, rel=1e-6)
+    from hetsim.planner.estimate import plan_partitions
+    assert plan_partitions(plan, c, p)[0].compute_s == pytest.approx(((2 * 0.010 + 0.020) / t + 3 * ring,) * 2)
+
+
 def test_a_profile_without_call_counts_makes_one_call_per_layer_with_bytes():
     base = profile(3, 0.010, 0.020)
     layers = (replace(base.layers[0], tp_allreduce_bytes=10), replace(base.layers[1], tp_allreduce_bytes=10,
