@@ -328,8 +328,9 @@ def rank_plans(result, cluster, profile, space, target: float | None = None, pat
     if model is None:
         raise HetsimError(f"--objective time-to-accuracy: no convergence entry for model {profile.model!r} in "
                           f"gpu_profiles/{_FILE}; fit one with experiments/time_to_accuracy/fit.py")
-    if optimizer_mismatch(model, space.optimizer):
-        raise HetsimError(f"--objective time-to-accuracy: {optimizer_mismatch(model, space.optimizer)}")
+    mismatch = optimizer_mismatch(model, space.optimizer)
+    if mismatch:
+        raise HetsimError(f"--objective time-to-accuracy: {mismatch}")
     simulated = [c for c in result.candidates if c.simulated_mb_s is not None]
     timed = []
     for c in simulated:
