@@ -4,8 +4,9 @@ hetsim's simulator runs UPDATE and STEP in no time; the executor spends real CPU
 momentum touches every weight two or three times, Adam several more, flush schedules add each
 minibatch's gradients, WSP computes each update's change and adds it to its wave's sum).
 `optimizer_seconds` times that work with the executor's own StageModel over the whole model and
-spreads it over the layers by parameter count (the work is elementwise). It is timed in thread CPU seconds, the unit of work the simulator
-shares among a node's cores; on CUDA, in wall seconds up to a synchronisation.
+spreads it over the layers by parameter count (the work is elementwise). It is timed in thread CPU
+seconds, the unit of work the simulator shares among a node's cores; on CUDA, in wall seconds up to a
+synchronisation.
 """
 
 from __future__ import annotations

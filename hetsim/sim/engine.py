@@ -140,7 +140,7 @@ def _add_devices(world: World, cluster: Cluster, options: SimOptions) -> None:
 def _build_stages(world: World, plan: Plan, profile: ModelProfile, rec: Recorder) -> list[list[Stage]]:
     """A Stage per plan stage (virtual stage, under interleaved schedules), in plan order."""
     kind = schedule_kind(plan.schedule)
-    wire = plan.activation_scale
+    wire, redo = plan.activation_scale, plan.recompute
     out = []
     for v, vw in enumerate(plan.virtual_workers):
         gpus = [s.gpu for s in vw.stages]
@@ -148,8 +148,7 @@ def _build_stages(world: World, plan: Plan, profile: ModelProfile, rec: Recorder
         for s, spec in enumerate(vw.stages):
             slot = world.cluster.gpu(spec.gpu)
             lo, hi = spec.layers
-            times = profile.stage_times_tp(slot.type.name, lo, hi, spec.tp, plan.recompute)
-            redo = plan.recompute
+            times = profile.stage_times_tp(slot.type.name, lo, hi, spec.tp, redo)
             row.append(Stage(vw=v, index=s, n_stages=len(gpus), gpu=spec.gpu,
                              device=world.devices[spec.gpu], layers=spec.layers, fwd_s=times.fwd_s,
                              bwd_s=times.bwd_s, out_bytes=int(profile.cut_bytes(hi) * wire),
