@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 import hetsim
@@ -268,7 +269,26 @@ def test_run_py_predicts_a_plan_without_measurements_beside_the_others_and_draws
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["t.csv", "t.md", "t.png"]
 
 
+def test_run_py_network_latency_what_if_charges_every_message_between_nodes(tmp_path):
+    """One 4-stage GH200 plan as imported, and with 2 ms on each inter-node message: its 35 lockstep
+    steps a wave (32 micro-batches, 4 stages) each wait at least one such message, so the iteration
+    grows by at least 35 x 2 ms; the flag absent, the prediction is the committed table's."""
+    plans = tmp_path / "plans"
+    plans.mkdir()
+    (plans / "plan_config_N8_D2.json").write_text((GH / "plan_config_N8_D2.json").read_text())
+    times = {}
+    for name, extra in (("as_imported", []), ("latency", ["--network-latency-us", "2000"])):
+        done = _run_py("--plans", str(plans), *extra, "--out", str(tmp_path / f"{name}.csv"))
+        assert done.returncode == 0, done.stderr
+        times[name] = float(pd.read_csv(tmp_path / f"{name}.csv")["predicted_iter_s"].iloc[0])
+    committed = pd.read_csv(ROOT / "experiments" / "peers" / "sailor" / "results" / "imported.csv")
+    row = committed[(committed["set"] == "gh200-opt350") & (committed["plan"] == "plan_config_N8_D2")]
+    assert times["as_imported"] == pytest.approx(float(row["predicted_iter_s"].iloc[0]), rel=1e-5)
+    assert times["latency"] - times["as_imported"] >= 35 * 2e-3
+
+
 @pytest.mark.parametrize("args, message", [
+    (["--network-latency-us", "-1"], "--network-latency-us -1.0: a finite number of microseconds >= 0"),
     (["--reserve-gib", "nan"], "--reserve-gib nan: a reserve is a finite number of GiB >= 0"),
     (["--waves", "1"], "--waves 1: at least 2"),
     (["--out", "{tmp}"], "expected a .csv file"),

@@ -13,6 +13,8 @@ Spearman rank correlation per plan directory. `--derived` predicts without Sailo
 times (datasheet peaks, hetsim.derive). `--fit-reserve` prints the framework reserve per GPU type that
 would make the memory errors' median zero (how the GPU files' framework_reserve_gib were set), instead
 of a table; `--reserve-gib X` puts X on every GPU instead (the leave-one-set-out check).
+`--network-latency-us X` gives every message between nodes X microseconds of latency (a what-if: what a
+fixed cost per transfer would do to each plan; the imported clusters carry none).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -27,6 +30,7 @@ import pandas as pd
 import hetsim
 from hetsim.cli.arguments import check_output_file
 from hetsim.cli.imports import write_import
+from hetsim.cluster import Cluster, load_cluster
 from hetsim.errors import HetsimError
 from hetsim.memory import GIB
 from hetsim.outputs import write_text
@@ -40,7 +44,10 @@ COLUMNS = ["set", "plan", "measured_iter_s", "predicted_iter_s", "time_err_pct",
 def predict(plan_path: Path, args: argparse.Namespace, workdir: Path) -> dict:
     files = write_import(plan_path, args.data, args.training_config, workdir / plan_path.stem,
                          derived=args.derived, precision=args.precision, efficiency=args.efficiency)
-    report = hetsim.simulate(files["cluster"], hetsim.load_profile(files["profile"]), files["plan"],
+    cluster = load_cluster(files["cluster"])
+    if args.network_latency_us is not None:
+        cluster = with_network_latency(cluster, args.network_latency_us * 1e-6)
+    report = hetsim.simulate(cluster, hetsim.load_profile(files["profile"]), files["plan"],
                              waves=args.waves, warmup_waves=1, trace=False)
     measured = pd.read_json(files["measured"], typ="series")
     reserve = lambda g: (g.memory_breakdown.get("reserve_bytes", 0) if args.reserve_gib is None
@@ -54,6 +61,12 @@ def predict(plan_path: Path, args: argparse.Namespace, workdir: Path) -> dict:
     row["time_err_pct"] = _err(row["predicted_iter_s"], row["measured_iter_s"])
     row["mem_err_pct"] = _err(row["predicted_mem_bytes"], row["measured_mem_bytes"])
     return row
+
+
+def with_network_latency(cluster: Cluster, seconds: float) -> Cluster:
+    """`cluster` with `seconds` of latency on the network and on every node's own interface."""
+    nodes = tuple(replace(n, nic=replace(n.nic, latency_s=seconds)) if n.nic else n for n in cluster.nodes)
+    return replace(cluster, network=replace(cluster.network, latency_s=seconds), nodes=nodes)
 
 
 def _seconds(value) -> str:
@@ -172,6 +185,8 @@ def _check_arguments(args: argparse.Namespace) -> None:
         raise HetsimError(f"--waves {args.waves}: at least 2 (the first is left out)")
     if args.reserve_gib is not None and not 0 <= args.reserve_gib <= 1e6:
         raise HetsimError(f"--reserve-gib {args.reserve_gib}: a reserve is a finite number of GiB >= 0")
+    if args.network_latency_us is not None and not 0 <= args.network_latency_us <= 1e9:
+        raise HetsimError(f"--network-latency-us {args.network_latency_us}: a finite number of microseconds >= 0")
     for flag, path in (("--data", args.data), ("--training-config", args.training_config),
                        ("--efficiency", args.efficiency)):
         if path is not None and not path.exists():
@@ -198,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reserve-gib", type=float, default=None, metavar="GIB",
                    help="use this framework reserve on every GPU instead of the GPU files' (to test a "
                         "reserve fitted on another set)")
+    p.add_argument("--network-latency-us", type=float, default=None, metavar="US",
+                   help="latency of every message between nodes (a what-if; default: none, as imported)")
     args = p.parse_args(argv)
     try:
         _check_arguments(args)
