@@ -269,6 +269,22 @@ def test_run_py_predicts_a_plan_without_measurements_beside_the_others_and_draws
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["t.csv", "t.md", "t.png"]
 
 
+def test_a_virtual_workers_sync_wait_is_its_first_stages_inside_the_window(tmp_path):
+    """N6_D6's replicas wait tens of seconds a wave in the gradient all-reduce for the slowest one, so
+    waits cross the steady-state window's edges: the VW's figure counts only their part inside it, as
+    its first GPU's does (a wait counted whole when it ended made dp1's 94.7 s against its GPU's 71.0)."""
+    out = imported(tmp_path, MIT / "plan_config_N6_D6.json")
+    report = hetsim.simulate(out / "cluster.yaml", hetsim.load_profile(out / "profile.yaml"), out / "plan.json",
+                             waves=3, warmup_waves=1, trace=False)
+    plan = load_plan(out / "plan.json")
+    by_gpu = {g.id: g for g in report.gpus}
+    for vw, stats in zip(plan.virtual_workers, report.virtual_workers):
+        first = by_gpu[vw.stages[0].gpu]
+        assert stats.sync_wait_s == pytest.approx(first.sync_wait_s, rel=1e-9)
+        assert stats.sync_wait_s <= report.window["duration_s"]
+    assert max(v.sync_wait_s for v in report.virtual_workers) > 0.5 * report.window["duration_s"]
+
+
 def test_run_py_network_latency_what_if_charges_every_message_between_nodes(tmp_path):
     """One 4-stage GH200 plan as imported, and with 2 ms on each inter-node message: its 35 lockstep
     steps a wave (32 micro-batches, 4 stages) each wait at least one such message, so the iteration

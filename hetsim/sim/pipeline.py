@@ -203,12 +203,13 @@ def _blocking_sync(method: str):
 
 
 def _timed_sync(world: World, rec: Recorder, stage: Stage, step, name: str):
-    meter, start = stage.device.sync_wait, world.env.now
-    meter.start(start)
+    meters = [stage.device.sync_wait] + ([rec.vw_sync_wait[stage.vw]] if stage.first_device else [])
+    start = world.env.now
+    for meter in meters:
+        meter.start(start)
     yield from step
-    meter.stop(world.env.now)
-    if stage.first_device:
-        rec.vw_sync_wait[stage.vw] += world.env.now - start
+    for meter in meters:
+        meter.stop(world.env.now)
     rec.span(stage.gpu, name, start, "sync")
 
 

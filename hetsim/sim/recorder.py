@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hetsim.sim.world import World
+from hetsim.sim.world import Meter, World
 from hetsim.trace import TraceWriter
 from hetsim.window import window_closes, window_opens
 
@@ -32,7 +32,9 @@ class Recorder:
         self.n_minibatches, self.warmup = n_minibatches, warmup_minibatches
         self.completed = [0] * n_vw
         self.completion_times: list[list[float]] = [[] for _ in range(n_vw)]
-        self.vw_sync_wait = [0.0] * n_vw
+        # Each VW's synchronisation waits, as its first stage sees them (as the executor counts
+        # them): meters, so that a wait across the window's edge counts only its part inside.
+        self.vw_sync_wait = [Meter() for _ in range(n_vw)]
         self.trace = trace
         self.start: Snapshot | None = None
         self.end: Snapshot | None = None
@@ -62,7 +64,8 @@ class Recorder:
                         compute={g: d.compute.read(now) for g, d in devices.items()},
                         recv_wait={g: d.recv_wait.read(now) for g, d in devices.items()},
                         sync_wait={g: d.sync_wait.read(now) for g, d in devices.items()},
-                        carried=dict(self.world.net.carried), vw_sync_wait=list(self.vw_sync_wait))
+                        carried=dict(self.world.net.carried),
+                        vw_sync_wait=[m.read(now) for m in self.vw_sync_wait])
 
     def link_rates(self, now: float, use: dict[str, float]) -> None:
         """Counter rows of bandwidth in use per link (trace only)."""
