@@ -28,6 +28,7 @@ from hetsim.profile import LayerProfile, ModelProfile
 from modelzoo import MODEL_INPUT, LayerGraph, build, layer_graph
 from modelzoo.attention import counted_attention
 from modelzoo.saved import count_saved
+from modelzoo.tasks import task_of
 
 __all__ = ["count_model", "count_graph", "counted_profile", "meta_loss", "with_counts", "COUNTED_FIELDS"]
 
@@ -63,7 +64,7 @@ def counted_profile(model: str, batch: int, *, attention: str = "fused",
     graph = layer_graph(module)
     outputs: list[int] = []
     costs = count_graph(graph, example, output_bytes=outputs, attention=attention)
-    saved = count_saved(graph, example, loss=meta_loss(module, example))
+    saved = count_saved(graph, example, loss=meta_loss(module, example), attention=attention)
     layers = tuple(LayerProfile(name=graph.names[i], kind=graph.kinds[i], param_bytes=graph.param_bytes(i),
                                 output_bytes=outputs[i], fwd_s={}, bwd_s={}, flops_fwd=costs[i].flops_fwd,
                                 saved_bytes=saved[i].saved_bytes,
@@ -77,6 +78,7 @@ def counted_profile(model: str, batch: int, *, attention: str = "fused",
     shape = "x".join(map(str, example.shape[1:]))
     return ModelProfile(model=model, batch_size=batch, layers=layers, edges=tuple(graph.edges),
                         input_bytes=example.numel() * example.element_size(),
+                        tokens_per_sample=task_of(module, example).tokens_per_sample,
                         source=f"{model}{_kwargs_text(model_kwargs)}, input {shape} per sample; counted by "
                                "modelzoo.counting on the meta device"), costs
 

@@ -46,6 +46,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from modelzoo.attention import check_attention
 from modelzoo.graph import MODEL_INPUT, LayerGraph
 
 __all__ = ["SavedBytes", "count_saved", "layer_saved"]
@@ -68,17 +69,21 @@ class SavedBytes:
 
 
 def count_saved(graph: LayerGraph, example: torch.Tensor,
-                loss: tuple[Callable, torch.Tensor] | None = None) -> list[SavedBytes]:
+                loss: tuple[Callable, torch.Tensor] | None = None, attention: str = "fused") -> list[SavedBytes]:
     """Saved bytes of every layer of `graph` on `example` (use the meta device: nothing is computed).
     Each layer gets its predecessors' outputs as fresh leaves, as a pipeline stage receives them.
     With `loss` (the loss function and labels on the same device) the last layer's count includes
     what the loss saves (a cross-entropy's log-softmax: as large as the scores), as a measured last
-    layer's times include the loss; under TP it is split, as a vocabulary-parallel loss splits it."""
+    layer's times include the loss; under TP it is split, as a vocabulary-parallel loss splits it.
+    `attention` "materialized" counts attention as its math path runs it, keeping the s x s
+    probabilities (Megatron-LM's core attention at attention dropout 0), as hetsim.derive then times it."""
+    check_attention(attention)
     graph.layers.train()
     values: dict[int, torch.Tensor] = {MODEL_INPUT: example}
     counts, before, last_split = [], {}, False
     for i, layer in enumerate(graph.layers):
-        count, out, storages, last_split = _layer_saved(layer, [values[p] for p in graph.preds[i]])
+        count, out, storages, last_split = _layer_saved(layer, [values[p] for p in graph.preds[i]],
+                                                        fused_attention=attention == "fused")
         if last_split and i < len(graph) - 1:
             # Its output stays split: no Megatron pair closes inside the layer (modelzoo.tp refuses such
             # layers), so no gradient all-reduce opens one either.
@@ -131,7 +136,7 @@ def layer_saved(layer: nn.Module, inputs: list[torch.Tensor]) -> tuple[SavedByte
     return count, out
 
 
-def _layer_saved(layer: nn.Module, inputs: list[torch.Tensor]):
+def _layer_saved(layer: nn.Module, inputs: list[torch.Tensor], fused_attention: bool = True):
     weights = {_key(t) for t in chain(layer.parameters(), layer.buffers())}
     tp = _TensorParallel(weights, {_key(t) for t in inputs})
     saved: dict[int, tuple[torch.UntypedStorage, bool]] = {}
@@ -142,7 +147,7 @@ def _layer_saved(layer: nn.Module, inputs: list[torch.Tensor]):
             saved[k] = (t.untyped_storage(), k not in tp.split)
         return t
 
-    with _AsOnCuda(), tp, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    with _AsOnCuda(fused_attention), tp, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         out = layer(*inputs)
     total = sum(s.nbytes() for s, _ in saved.values())
     whole = sum(s.nbytes() for s, replicated in saved.values() if replicated)
@@ -206,12 +211,19 @@ class _TensorParallel(TorchDispatchMode):
 
 
 class _AsOnCuda(TorchFunctionMode):
-    """On CPU and meta tensors, the calls whose CUDA kernel saves other tensors run as CUDA's would."""
+    """On CPU and meta tensors, the calls whose CUDA kernel saves other tensors run as CUDA's would
+    (attention too unless `fused_attention` is False: then it keeps its math path's probabilities)."""
+
+    def __init__(self, fused_attention: bool = True):
+        super().__init__()
+        self.fused_attention = fused_attention
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         tensor = next((a for a in args if isinstance(a, torch.Tensor)), None)
         substitute = _SUBSTITUTES.get(func)
+        if func is F.scaled_dot_product_attention and not self.fused_attention:
+            substitute = None
         if substitute is not None and tensor is not None and tensor.device.type in ("cpu", "meta"):
             out = substitute(*args, **kwargs)
             if out is not None:

@@ -96,9 +96,11 @@ def test_fused_attention_derives_a_faster_block_than_materialized_and_says_which
                      "--precision", "bf16", "--attention", attention, "--out", str(out)]) == 0
         p = load_profile(out)
         assert f"attention counted {attention}" in p.source
+        assert p.tokens_per_sample == build("gpt2-small", device="meta")[1].shape[1]    # reports give tokens/s
         b = next(l for l in p.layers if l.kind == "Block")
-        block[attention] = b.fwd_s["h200"] + b.bwd_s["h200"]
-    assert block["fused"] < block["materialized"]
+        block[attention] = (b.fwd_s["h200"] + b.bwd_s["h200"], b.saved_bytes)
+    assert block["fused"][0] < block["materialized"][0]
+    assert block["fused"][1] < block["materialized"][1]        # the s x s probabilities, kept
 
 
 def test_tf32_measured_on_a_cpu_says_it_changed_nothing(tmp_path, capsys):

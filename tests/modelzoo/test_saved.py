@@ -140,6 +140,18 @@ def test_gpt_block_saves_korthikantis_closed_form_with_a_fused_attention_kernel(
     assert embed.saved_bytes == embed.saved_replicated_bytes == 8 * 2048 + 8 * 2048 + 2048 * 1024
 
 
+def test_materialized_attention_keeps_the_probabilities_where_the_fused_kernel_keeps_a_logsumexp():
+    """Counted materialized (`hetsim profile --attention materialized`), a block keeps the softmax's
+    s x s probabilities per head (Megatron's core attention at attention dropout 0) and the scaled Q
+    and transposed K apart from the QKV product, and not the fused kernel's logsumexp: exactly
+    4as^2b + 2 x 4sbh - 4asb bytes more, the same in every TP member's split share."""
+    s, b, h, a = 2048, 1, 1024, 16
+    counted = {att: counted_profile("opt-350m", b, attention=att, n_layer=2)[0] for att in ("fused", "materialized")}
+    for fused, materialized in zip(counted["fused"].layers[1:3], counted["materialized"].layers[1:3]):
+        assert materialized.saved_bytes - fused.saved_bytes == 4 * a * s * s * b + 2 * 4 * s * b * h - 4 * a * s * b
+        assert materialized.saved_replicated_bytes == fused.saved_replicated_bytes
+
+
 def test_llama_block_keeps_the_gqa_swiglu_form():
     # x and both norms' outputs, Q, K and V after rotation (K, V at kv/a width), attention output, the
     # residual, and four d_ff-wide SwiGLU tensors: FP32; each norm's 1/rms; the logsumexp.
