@@ -46,14 +46,15 @@ def run(args: argparse.Namespace, derive_for: list[GpuType]) -> int:
 
 
 def _profile(args, derive_for: list[GpuType]):
-    kwargs = {"image_size": args.image_size} if args.image_size else {}
+    kwargs = {**getattr(args, "model_kwargs", {}), **({"image_size": args.image_size} if args.image_size else {})}
     try:                                    # on the meta device: shapes only, so only shapes can fail
         with warnings.catch_warnings():     # torch's warnings about odd shapes; the error says it all
             warnings.simplefilter("ignore")
             skeleton, costs = counted_profile(args.model, args.batch, attention=args.attention, **kwargs)
     except (TypeError, ValueError, RuntimeError) as exc:
-        size = f" at --image-size {args.image_size}" if args.image_size else ""
-        raise HetsimError(f"--model {args.model}: cannot be built or run{size} with --batch {args.batch} "
+        given = ([f"--image-size {args.image_size}"] if args.image_size else []) + [
+            f"--model-arg {k}={v}" for k, v in getattr(args, "model_kwargs", {}).items()] + [f"--batch {args.batch}"]
+        raise HetsimError(f"--model {args.model}: cannot be built or run with {', '.join(given)} "
                           f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
     base = skeleton
     if not args.no_measure:

@@ -38,11 +38,23 @@ def test_no_measure_derives_every_gpu_type_from_counts_alone(tmp_path):
     (["--model", "resnet05"], "--model: unknown model 'resnet05'; did you mean 'resnet50'"),
     (["--model", "mlp", "--derive-for", "titan-x"], "--derive-for: unknown GPU type 'titan-x'; did you mean 'titan-rtx'?"),
     (["--model", "mlp", "--no-measure"], "--no-measure needs --derive-for"),
+    (["--model", "mlp", "--model-arg", "hidden=0"], "--model-arg 'hidden=0': expected NAME=INT >= 1"),
+    (["--model", "gpt2-small", "--model-arg", "seqlen=64", "--no-measure", "--derive-for", "h100"],
+     "--model gpt2-small: cannot be built or run with --model-arg seqlen=64, --batch 32"),
 ])
 def test_bad_arguments_are_one_line_errors(tmp_path, capsys, args, message):
     assert main(["profile", *args, "--out", str(tmp_path / "x.yaml")]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+def test_model_args_reach_the_model_a_derived_profile_counts(tmp_path):
+    out = tmp_path / "g.yaml"
+    assert main(["profile", "--model", "gpt2-small", "--model-arg", "seq_len=128", "--model-arg", "n_layer=2",
+                 "--batch", "2", "--no-measure", "--derive-for", "h100", "--out", str(out)]) == 0
+    p = load_profile(out)
+    assert p.tokens_per_sample == 128 and [l.kind for l in p.layers].count("Block") == 2
+    assert "seq_len=128" in p.source
 
 
 def test_cuda_requested_without_cuda_is_a_clear_error(tmp_path, capsys):

@@ -20,6 +20,7 @@ import difflib
 import re
 
 from hetsim.cli.arguments import check_output_file, whole
+from hetsim.cli.assignments import assignments
 from hetsim.cli.torch_side import torch_side
 from hetsim.errors import HetsimError, SpecError
 from hetsim.plan import PRECISIONS
@@ -53,6 +54,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=whole(1), default=None, help="torch threads while measuring (default: torch's)")
     p.add_argument("--image-size", type=whole(1, MAX_IMAGE_SIZE), default=None,
                    help="input side for image models (default theirs)")
+    p.add_argument("--model-arg", action="append", default=[], metavar="NAME=INT",
+                   help="model constructor argument, e.g. seq_len=4096 or n_layer=4 (repeatable)")
     p.add_argument("--out", required=True, metavar="FILE", help="profile .yaml/.json, or PipeDream graph .txt")
     p.add_argument("--graph-txt", default=None, metavar="FILE", help="also write PipeDream's graph.txt here")
     p.add_argument("--graph-gpu", default=None, metavar="TYPE",
@@ -69,10 +72,19 @@ def run(args: argparse.Namespace) -> int:
         raise SpecError("--no-measure needs --derive-for: otherwise the profile would have no times")
     _check_device(args.device)
     _check_graph_gpu(args, derive_for)
+    args.model_kwargs = assignments(args.model_arg, "--model-arg", _size, "NAME=INT >= 1, e.g. seq_len=4096")
     check_output_file(args.out, "--out", (".yaml", ".yml", ".json", ".txt"))
     if args.graph_txt:
         check_output_file(args.graph_txt, "--graph-txt", (".txt",))
     return torch_side("profile")(args, [gpus[n] for n in derive_for])
+
+
+def _size(text: str) -> int:
+    """A model's sizes (widths, depths, lengths, vocabularies) are whole numbers of at least one."""
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value
 
 
 def _check_device(device: str) -> None:
