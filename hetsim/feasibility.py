@@ -6,6 +6,7 @@ from hetsim.cluster import Cluster
 from hetsim.errors import PlanError
 from hetsim.memory import GIB, MemorySettings, StageMemory, stage_memory
 from hetsim.plan import ASYNC_SCHEDULES, Plan, VirtualWorker
+from hetsim.schedule.registry import FLUSH_SCHEDULES
 from hetsim.profile import ModelProfile
 from hetsim.schedule import Schedule, build_schedule, schedule_kind
 from hetsim.topology import Topology
@@ -184,7 +185,7 @@ def _check_sync(plan: Plan) -> None:
     _check_schedule_rules(plan)
     mode, schedule = plan.sync.mode, plan.schedule
     if mode == "bsp" and schedule in ASYNC_SCHEDULES:
-        raise PlanError(f"plan: sync bsp needs a flush schedule (gpipe or 1f1b-flush), not {schedule}")
+        raise PlanError(f"plan: sync bsp needs a flush schedule ({', '.join(FLUSH_SCHEDULES)}), not {schedule}")
     if mode in ("bsp", "sdpipe"):
         first = [s.layers for s in plan.virtual_workers[0].stages]
         for vw in plan.virtual_workers[1:]:

@@ -11,7 +11,7 @@ from hetsim.errors import HetsimError
 from hetsim.memory import GIB
 from hetsim.report_sections import staleness_bounds
 from hetsim.plan import ASYNC_SCHEDULES, OPTIMIZERS, PRECISIONS, SCHEDULES
-from hetsim.schedule.registry import schedule_kind
+from hetsim.schedule.registry import FLUSH_SCHEDULES, schedule_kind
 from hetsim.planner.search import SIM_MAX_GPUS
 
 __all__ = ["add_arguments", "run", "format_ranking", "POLICY_LEGEND"]
@@ -115,8 +115,13 @@ def _schedule(args: argparse.Namespace) -> str:
     if args.schedule is None:
         return "1f1b-flush" if args.sync == "bsp" else "hetpipe"
     if args.sync == "bsp" and args.schedule in ASYNC_SCHEDULES:
-        raise HetsimError(f"--sync bsp: needs a flush schedule (--schedule gpipe or 1f1b-flush), not {args.schedule}")
-    modes = schedule_kind(args.schedule).sync_modes
+        raise HetsimError(f"--sync bsp: needs a flush schedule (--schedule {', '.join(FLUSH_SCHEDULES)}), "
+                          f"not {args.schedule}")
+    kind = schedule_kind(args.schedule)
+    if (kind.virtual_stages or kind.split_backward) and any(t > 1 for t in _ints(args.tp, "--tp", 1)):
+        raise HetsimError(f"--tp {args.tp}: --schedule {args.schedule} runs stages of one GPU each; give --tp 1 "
+                          "or another schedule")
+    modes = kind.sync_modes
     if args.sync not in modes:
         usable = [m for m in modes if m != "none"]
         raise HetsimError(f"--schedule {args.schedule}: runs with --sync {' or '.join(usable)}, not --sync {args.sync}")

@@ -13,7 +13,7 @@ from hetsim.errors import PlanError
 from hetsim.schedule import orders
 from hetsim.schedule.ir import Action
 
-__all__ = ["ScheduleKind", "REGISTRY", "SCHEDULES", "ASYNC_SCHEDULES", "schedule_kind",
+__all__ = ["ScheduleKind", "REGISTRY", "SCHEDULES", "ASYNC_SCHEDULES", "FLUSH_SCHEDULES", "schedule_kind",
            "WEIGHT_GRAD_FRACTION"]
 
 # Zero-bubble schedules split a backward into input and weight gradients. For a GEMM layer
@@ -89,6 +89,7 @@ REGISTRY: dict[str, ScheduleKind] = {kind.name: kind for kind in (
 
 SCHEDULES = tuple(REGISTRY)
 ASYNC_SCHEDULES = tuple(name for name, kind in REGISTRY.items() if kind.asynchronous)
+FLUSH_SCHEDULES = tuple(name for name, kind in REGISTRY.items() if not kind.asynchronous)
 
 
 def schedule_kind(name: str) -> ScheduleKind:

@@ -96,7 +96,10 @@ def test_one_slowed_gpu_of_a_node_gets_less_work_from_the_partitioner(capsys, tm
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--sync", "bsp", "--schedule", "hetpipe"], "--sync bsp: needs a flush schedule"),
+    (["--sync", "bsp", "--schedule", "hetpipe"], "--sync bsp: needs a flush schedule (--schedule gpipe, 1f1b-flush, "
+                                                 "1f1b-interleaved, zb-h1, 1f1b-deepspeed), not hetpipe"),
+    (["--tp", "1,2", "--sync", "bsp", "--schedule", "zb-h1"],
+     "--tp 1,2: --schedule zb-h1 runs stages of one GPU each; give --tp 1 or another schedule"),
     (["--schedule", "1f1b-deepspeed"], "--schedule 1f1b-deepspeed: runs with --sync bsp, not --sync wsp"),
     (["--schedule", "zb-h1", "--sync", "sdpipe"], "--schedule zb-h1: runs with --sync bsp, not --sync sdpipe"),
     (["--slowdown", "node9=2"], "--slowdown 'node9=2': cluster hetpipe_4node has no GPU or node 'node9'"),
