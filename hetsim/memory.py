@@ -27,7 +27,7 @@ from hetsim.plan import activation_scale
 from hetsim.profile import ModelProfile
 from hetsim.units import GIB
 
-__all__ = ["StageMemory", "MemorySettings", "stage_memory", "GIB"]
+__all__ = ["StageMemory", "MemorySettings", "stage_memory", "unreserved_note", "GIB"]
 
 
 _HALF = ("fp16", "bf16")
@@ -137,3 +137,17 @@ def _recompute_peak(profile: ModelProfile, lo: int, hi: int, tp: int, settings: 
     layers = profile.layers[lo:hi]
     full = [(_layer_saved(l, tp) if l.saved_bytes is not None else l.output_bytes) for l in layers]
     return max(full, default=0.0) / (2 if settings.precision in _HALF else 1)
+
+
+def unreserved_note(cluster, gpus=None) -> str | None:
+    """A note naming the GPU types (of `gpus`, default every GPU of `cluster`; not ranks sharing a
+    node's cores) whose file gives no framework_reserve_gib, so that a plan near the memory limit
+    is not read as one that fits; None where every type has one."""
+    wanted = None if gpus is None else set(gpus)
+    names = sorted({g.type.name for n in cluster.nodes if not n.shared_cores for g in n.gpus
+                    if (wanted is None or g.id in wanted) and not g.type.framework_reserve_bytes})
+    if not names:
+        return None
+    return (f"memory: {', '.join(names)} name no framework_reserve_gib (none measured), so their memory counts "
+            "the run's tensors only; a training process also holds its CUDA context and workspaces, a few GiB "
+            "where measured (docs/formats.md)")

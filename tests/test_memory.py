@@ -77,3 +77,13 @@ def test_a_tensor_two_layers_of_one_stage_both_save_is_kept_once():
     both = stage_memory(p, 0, 2, in_flight=1, asynchronous=False, settings=MemorySettings())
     second = stage_memory(p, 1, 2, in_flight=1, asynchronous=False, settings=MemorySettings())
     assert (both.activation_bytes, second.activation_bytes) == (800 - 150, 400)
+
+
+def test_a_note_names_the_gpu_types_without_a_framework_reserve_and_only_those():
+    from hetsim.cluster import load_cluster
+    from hetsim.memory import unreserved_note
+    hetpipe = load_cluster("hetpipe_4node")
+    note = unreserved_note(hetpipe)
+    assert note.startswith("memory: quadro-p4000, rtx-2060, titan-rtx, titan-v name no framework_reserve_gib")
+    assert unreserved_note(hetpipe, ["node0/gpu0"]).startswith("memory: titan-v name")
+    assert unreserved_note(load_cluster("cpu_host")) is None          # ranks sharing cores: no GPU process

@@ -8,7 +8,7 @@ import time
 from hetsim.cli.arguments import check_output_file, real, whole
 from hetsim.cli.progress import add_quiet, progress_factory
 from hetsim.errors import HetsimError
-from hetsim.memory import GIB
+from hetsim.memory import GIB, unreserved_note
 from hetsim.report_sections import staleness_bounds
 from hetsim.plan import ASYNC_SCHEDULES, OPTIMIZERS, PRECISIONS, SCHEDULES
 from hetsim.schedule.registry import FLUSH_SCHEDULES, schedule_kind
@@ -178,6 +178,9 @@ def run(args: argparse.Namespace) -> int:
           f"({result.pruned} below the listed ones by bound, not built), {result.simulated} simulated, "
           f"{wall:.1f} s{_what_if_note(args)}\n")
     print(format_ranking(result, cluster, profile.batch_size, args.show))
+    reserve = unreserved_note(cluster)
+    if reserve:
+        print(f"\nnote: {reserve}")
     if accuracy:
         print("\n" + accuracy)
     if args.out:

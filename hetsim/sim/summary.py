@@ -7,7 +7,7 @@ from dataclasses import asdict
 
 from hetsim.cluster import Cluster
 from hetsim.errors import SimulationError
-from hetsim.memory import StageMemory
+from hetsim.memory import StageMemory, unreserved_note
 from hetsim.plan import Plan
 from hetsim.profile import ModelProfile
 from hetsim.report import GpuStats, LinkStats, Report
@@ -38,7 +38,7 @@ def build_report(world: World, rec: Recorder, plan: Plan, cluster: Cluster, prof
         kind="prediction", plan=plan.to_dict(), cluster=cluster.name, model=profile.model,
         profile_source=profile.source, settings=_settings(options, world),
         gpus=_gpus(world, plan, memory, stages, start, end, span), links=_links(world, start, end, span),
-        notes=_notes(profile, options, cluster) + _wsp_notes(rec, plan, window, options),
+        notes=_notes(profile, options, cluster, plan) + _wsp_notes(rec, plan, window, options),
         **run_sections(plan, run))
 
 
@@ -110,7 +110,7 @@ def _wsp_notes(rec: Recorder, plan: Plan, window, options) -> list[str]:
     return [text]
 
 
-def _notes(profile: ModelProfile, options, cluster: Cluster) -> list[str]:
+def _notes(profile: ModelProfile, options, cluster: Cluster, plan: Plan) -> list[str]:
     notes = [f"profile: {profile.source}"]
     for node in cluster.nodes:
         if node.shared_cores and node.colocated_work != 1.0:
@@ -120,4 +120,5 @@ def _notes(profile: ModelProfile, options, cluster: Cluster) -> list[str]:
         notes.append("slowdown factors applied: " + ", ".join(f"{g} x{f}" for g, f in sorted(options.slowdown.items())))
     if options.jitter_cv:
         notes.append(f"compute jitter: lognormal, cv {options.jitter_cv}, seed {options.seed}")
-    return notes
+    reserve = unreserved_note(cluster, plan.gpus)
+    return notes + ([reserve] if reserve else [])
