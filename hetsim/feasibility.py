@@ -6,9 +6,9 @@ from hetsim.cluster import Cluster
 from hetsim.errors import PlanError
 from hetsim.memory import GIB, MemorySettings, StageMemory, stage_memory
 from hetsim.plan import ASYNC_SCHEDULES, Plan, VirtualWorker
-from hetsim.schedule.registry import FLUSH_SCHEDULES
-from hetsim.profile import ModelProfile
+from hetsim.profile import ModelProfile, tp_divides
 from hetsim.schedule import Schedule, build_schedule, schedule_kind
+from hetsim.schedule.registry import FLUSH_SCHEDULES
 from hetsim.topology import Topology
 
 __all__ = ["check_plan", "check_structure", "plan_memory", "vw_schedule"]
@@ -20,9 +20,13 @@ def check_plan(plan: Plan, cluster: Cluster, profile: ModelProfile, waves: int =
     `profile` must already be at the plan's minibatch size (see ModelProfile.scaled_to_batch).
     """
     check_structure(plan, cluster, profile.n_layers, f"the profile of {profile.model}")
-    for vw in plan.virtual_workers:
-        for stage in vw.stages:
+    for v, vw in enumerate(plan.virtual_workers):
+        for s, stage in enumerate(vw.stages):
             profile.require_gpu_type(cluster.gpu(stage.gpu).type.name)
+            if not tp_divides(profile, stage.tp):
+                raise PlanError(f"plan: virtual_workers[{v}].stages[{s}]: {stage.tp} tensor-parallel GPUs cannot "
+                                f"split {profile.model}'s attention heads; a degree must divide "
+                                f"{profile.tp_divisor} (the profile's tp_divisor)")
     memory = plan_memory(plan, cluster, profile, waves)
     for vw in plan.virtual_workers:
         for s, stage in enumerate(vw.stages):

@@ -22,7 +22,7 @@ import numpy as np
 from hetsim.errors import PlanError
 from hetsim.fields import Fields
 
-__all__ = ["LayerProfile", "ModelProfile", "StageTimes", "profile_from_dict", "tp_key"]
+__all__ = ["LayerProfile", "ModelProfile", "StageTimes", "profile_from_dict", "tp_key", "tp_divides"]
 
 
 def tp_key(gpu_type: str, tp: int) -> str:
@@ -114,6 +114,9 @@ class ModelProfile:
     flop_convention: str = "FLOPs count a multiply-add as 2 (torch.utils.flop_counter)"
     tokens_per_sample: int | None = None     # sequence models: tokens in one sample (reports tokens/s)
     tp_times_include_allreduce: bool = True  # False: the simulator adds the TP all-reduces to @tp times
+    # Transformers: a tensor-parallel degree must divide this (the attention heads and key/value heads a
+    # block splits whole among its members, as Megatron-LM requires); None: any degree.
+    tp_divisor: int | None = None
 
     @property
     def time_keys(self) -> set[str]:
@@ -294,6 +297,8 @@ class ModelProfile:
             doc["tokens_per_sample"] = self.tokens_per_sample
         if not self.tp_times_include_allreduce:
             doc["tp_times_include_allreduce"] = False
+        if self.tp_divisor is not None:
+            doc["tp_divisor"] = self.tp_divisor
         return doc
 
 
@@ -314,7 +319,7 @@ def first_apart(n: int, edges: Iterable[tuple[int, int]]) -> int | None:
 def profile_from_dict(data: Any, source_name: str) -> ModelProfile:
     f = Fields(data, source_name)
     f.reject_unknown({"model", "batch_size", "source", "flop_convention", "input_bytes", "layers", "edges",
-                      "tokens_per_sample", "tp_times_include_allreduce"})
+                      "tokens_per_sample", "tp_times_include_allreduce", "tp_divisor"})
     layers = tuple(_layer(l) for l in f.records("layers"))
     n = len(layers)
     raw_edges = f.list("edges", [[i, i + 1] for i in range(n - 1)])
@@ -344,7 +349,8 @@ def profile_from_dict(data: Any, source_name: str) -> ModelProfile:
                         flop_convention=f.text("flop_convention", ModelProfile.flop_convention),
                         input_bytes=f.number("input_bytes", nonnegative=True, integer=True),
                         tokens_per_sample=f.number("tokens_per_sample", None, positive=True, integer=True),
-                        tp_times_include_allreduce=f.flag("tp_times_include_allreduce", True))
+                        tp_times_include_allreduce=f.flag("tp_times_include_allreduce", True),
+                        tp_divisor=f.number("tp_divisor", None, positive=True, integer=True))
 
 
 
@@ -379,3 +385,8 @@ def _layer(f: Fields) -> LayerProfile:
                         tp_allreduce_bytes=f.number("tp_allreduce_bytes", 0, nonnegative=True, integer=True),
                         tp_allreduce_calls=f.number("tp_allreduce_calls", 0, nonnegative=True, integer=True),
                         tp_allreduce_bwd_bytes=bwd_bytes, tp_allreduce_bwd_calls=bwd_calls)
+
+
+def tp_divides(profile: ModelProfile, tp: int) -> bool:
+    """Whether `tp` GPUs can split every layer of `profile` (see ModelProfile.tp_divisor)."""
+    return profile.tp_divisor is None or profile.tp_divisor % tp == 0

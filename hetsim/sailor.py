@@ -339,7 +339,7 @@ def to_profile(run: SailorRun, model: str, shape: TransformerShape, data: Path |
     return ModelProfile(model=model, batch_size=run.mbs, layers=tuple(layers),
                         edges=tuple((i, i + 1) for i in range(len(layers) - 1)),
                         input_bytes=8 * shape.seq_len * run.mbs, source=source,
-                        tokens_per_sample=shape.seq_len)
+                        tokens_per_sample=shape.seq_len, tp_divisor=math.gcd(shape.heads, shape.kv))
 
 
 def _layer_updates(column: list[float], param_bytes: list[int]) -> list[float]:
@@ -432,6 +432,12 @@ def import_run(plan_path: str | Path, data: str | Path, training_config: str | P
     if max(run.layers[-1]) + 1 != shape.n_layers:
         raise SpecError(f"{Path(plan_path).name}: pipeline_list[0].layers_per_stage: the stages cover "
                         f"{max(run.layers[-1]) + 1} layers, the training config {shape.n_layers}")
+    divisor = math.gcd(shape.heads, shape.kv)
+    for g in run.groups:
+        if divisor % g.tp:
+            raise SpecError(f"{Path(plan_path).name}: pipeline_list[0].tmp_per_stage[{g.stage}][{g.replica}]: "
+                            f"tensor-parallel degree {g.tp} cannot split {model}'s {shape.heads} attention heads "
+                            f"({shape.kv} key/value heads); a degree must divide {divisor}")
     cluster = to_cluster(run, data)           # names an unknown GPU type before looking for its times
     profile = to_profile(run, model, shape, data if measured_times else None)
     return Imported(cluster, profile, to_plan(run, model, optimizer), run, shape)

@@ -15,6 +15,7 @@ runs the forward once more with CUDA's attention, dropout and RMSNorm kernels.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import torch
@@ -79,8 +80,17 @@ def counted_profile(model: str, batch: int, *, attention: str = "fused",
     return ModelProfile(model=model, batch_size=batch, layers=layers, edges=tuple(graph.edges),
                         input_bytes=example.numel() * example.element_size(),
                         tokens_per_sample=task_of(module, example).tokens_per_sample,
+                        tp_divisor=heads_divisor(module),
                         source=f"{model}{_kwargs_text(model_kwargs)}, input {shape} per sample; counted by "
                                "modelzoo.counting on the meta device"), costs
+
+
+def heads_divisor(module: torch.nn.Module) -> int | None:
+    """The greatest common divisor of every attention block's heads and key/value heads (what a
+    tensor-parallel degree must divide: Megatron splits whole heads), or None for a model without."""
+    counts = [n for m in module.modules() for n in (getattr(m, "n_head", None), getattr(m, "n_kv_head", None))
+              if isinstance(n, int)]
+    return math.gcd(*counts) if counts else None
 
 
 COUNTED_FIELDS = ("saved_bytes", "saved_replicated_bytes", "saved_shared_bytes", "tp_allreduce_bytes",
@@ -96,7 +106,7 @@ def with_counts(profile: ModelProfile, counted: ModelProfile) -> ModelProfile:
                           f"give a profile of {counted.model}")
     layers = tuple(replace(l, **{f: getattr(c, f) for f in COUNTED_FIELDS})
                    for l, c in zip(profile.layers, counted.layers))
-    return replace(profile, layers=layers,
+    return replace(profile, layers=layers, tp_divisor=counted.tp_divisor,
                    source=profile.source + " + saved and TP all-reduce bytes counted by modelzoo.saved")
 
 

@@ -77,3 +77,32 @@ def test_sdpipe_waits_must_read_min_init_max():
     doc["sync"] |= {"sdpipe_wait_min_s": 0.1, "sdpipe_wait_init_s": 0.01}
     with pytest.raises(SpecError, match=r"^p.json: sync.sdpipe_wait_init_s: the waits must read min <= init <= max"):
         plan_from_dict(doc, "p.json")
+
+
+def test_a_tensor_parallel_degree_must_divide_the_heads_in_plans_and_in_the_search(tmp_path):
+    """Megatron splits whole attention heads: a counted profile carries their common divisor
+    (gpt2-small at 4 heads: 4), which survives a round trip, and a TP-3 stage is refused by the plan
+    check and by the search, each naming it."""
+    import hetsim
+    from hetsim.cli import main
+    from hetsim.cluster import load_cluster
+    from hetsim.feasibility import check_plan
+    from hetsim.planner.search import SearchSpace, search_plans
+    from hetsim.plan import Plan, StageSpec, VirtualWorker
+    out = tmp_path / "g.yaml"
+    assert main(["profile", "--model", "gpt2-small", "--model-arg", "n_layer=1", "--model-arg", "n_head=4",
+                 "--model-arg", "seq_len=32", "--batch", "2", "--no-measure", "--derive-for", "all",
+                 "--out", str(out)]) == 0
+    profile = hetsim.load_profile(out)
+    assert profile.tp_divisor == 4
+    cluster = load_cluster("hetpipe_4node")
+    stage = lambda k: StageSpec(gpu="node0/gpu0", tp_gpus=tuple(f"node0/gpu{i}" for i in range(1, k)),
+                                layers=(0, profile.n_layers))
+    tp_plan = lambda k: Plan(name="tp", model="gpt2-small", minibatch_size=2, nm=1, schedule="gpipe",
+                             sync=SyncSpec(), virtual_workers=(VirtualWorker(name="vw0", stages=(stage(k),)),))
+    check_plan(tp_plan(4), cluster, profile)
+    with pytest.raises(PlanError, match=r"stages\[0\]: 3 tensor-parallel GPUs cannot split gpt2-small's attention "
+                                        r"heads; a degree must divide 4"):
+        check_plan(tp_plan(3), cluster, profile)
+    with pytest.raises(PlanError, match="split only into degrees dividing 4, not 3"):
+        search_plans(cluster, profile, SearchSpace(tp_values=(1, 3)))

@@ -245,6 +245,8 @@ def _set(path: list, value):
      [["RTX-3090", 4, "us-central1-a"], ["RTX-3090", 4, "us-central1-a"]],
      r"tmp_per_stage\[0\]\[0\]: a tensor-parallel group over 2 machines"),
     (["pipeline_list"], [], r"pipeline_list: expected one pipeline, got 0"),
+    (["pipeline_list", 0, "tmp_per_stage", 1, 1, 1], 3,
+     r"tmp_per_stage\[1\]\[1\]: tensor-parallel degree 3 cannot split OPT-350's 16 attention heads"),
 ])
 def test_a_malformed_sailor_plan_is_one_line_naming_the_file_and_field(tmp_path, path, value, message):
     plan = json.loads((MIT / "plan_config_N4_D2.json").read_text())

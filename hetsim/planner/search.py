@@ -36,7 +36,7 @@ from hetsim.planner.estimate import Estimate, PsRoutes, bsp_estimate, rate_bound
 from hetsim.planner.hetero import VwPartition
 from hetsim.planner.memo import PartitionMemo
 from hetsim.planner.tp_groups import tp_view
-from hetsim.profile import ModelProfile
+from hetsim.profile import ModelProfile, tp_divides
 from hetsim.schedule.registry import schedule_kind
 from hetsim.topology import Topology
 
@@ -273,6 +273,10 @@ def _bounded(cluster, profile, realised: _Realised, space: SearchSpace, progress
 
 def _enumerate(cluster, profile, space, progress) -> list[_Pending]:
     """Every candidate with a bound of its estimate; partitions are made when the bound is reached."""
+    unsplit = [t for t in space.tp_values if not tp_divides(profile, t)]
+    if unsplit:
+        raise PlanError(f"search: tp_values {list(space.tp_values)}: {profile.model}'s attention heads split only "
+                        f"into degrees dividing {profile.tp_divisor}, not {', '.join(map(str, unsplit))}")
     views = []
     for tp in space.tp_values:
         view, members = (cluster, {}) if tp == 1 else tp_view(cluster, tp)
