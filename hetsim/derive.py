@@ -184,7 +184,7 @@ def derive_profile(base: ModelProfile, costs: list[LayerCost], gpus: list[GpuTyp
     derived = ", ".join(g.name for g in gpus) + ("" if precision == "fp32" else f" at {precision}")
     source = "; ".join(s for s in (base.source, f"derived for {derived} by hetsim.derive (roofline of "
                                    f"counted FLOPs/bytes with efficiency factors from gpu_profiles){note}") if s)
-    return replace(base, layers=tuple(layers), source=source)
+    return replace(base, layers=tuple(layers), source=source, precision=precision)
 
 
 def calibrate(measured: list[ModelProfile], costs: list[list[LayerCost]], device: GpuType,

@@ -21,8 +21,9 @@ import numpy as np
 
 from hetsim.errors import PlanError
 from hetsim.fields import Fields
+from hetsim.plan import PRECISIONS
 
-__all__ = ["LayerProfile", "ModelProfile", "StageTimes", "profile_from_dict", "tp_key", "tp_divides"]
+__all__ = ["LayerProfile", "ModelProfile", "StageTimes", "profile_from_dict", "tp_key", "tp_divides", "precision_note"]
 
 
 def tp_key(gpu_type: str, tp: int) -> str:
@@ -117,6 +118,8 @@ class ModelProfile:
     # Transformers: a tensor-parallel degree must divide this (the attention heads and key/value heads a
     # block splits whole among its members, as Megatron-LM requires); None: any degree.
     tp_divisor: int | None = None
+    # The training precision its times were measured or derived at (hetsim.plan.PRECISIONS); None: not said.
+    precision: str | None = None
 
     @property
     def time_keys(self) -> set[str]:
@@ -299,6 +302,8 @@ class ModelProfile:
             doc["tp_times_include_allreduce"] = False
         if self.tp_divisor is not None:
             doc["tp_divisor"] = self.tp_divisor
+        if self.precision is not None:
+            doc["precision"] = self.precision
         return doc
 
 
@@ -319,7 +324,7 @@ def first_apart(n: int, edges: Iterable[tuple[int, int]]) -> int | None:
 def profile_from_dict(data: Any, source_name: str) -> ModelProfile:
     f = Fields(data, source_name)
     f.reject_unknown({"model", "batch_size", "source", "flop_convention", "input_bytes", "layers", "edges",
-                      "tokens_per_sample", "tp_times_include_allreduce", "tp_divisor"})
+                      "tokens_per_sample", "tp_times_include_allreduce", "tp_divisor", "precision"})
     layers = tuple(_layer(l) for l in f.records("layers"))
     n = len(layers)
     raw_edges = f.list("edges", [[i, i + 1] for i in range(n - 1)])
@@ -350,7 +355,8 @@ def profile_from_dict(data: Any, source_name: str) -> ModelProfile:
                         input_bytes=f.number("input_bytes", nonnegative=True, integer=True),
                         tokens_per_sample=f.number("tokens_per_sample", None, positive=True, integer=True),
                         tp_times_include_allreduce=f.flag("tp_times_include_allreduce", True),
-                        tp_divisor=f.number("tp_divisor", None, positive=True, integer=True))
+                        tp_divisor=f.number("tp_divisor", None, positive=True, integer=True),
+                        precision=f.text("precision", None, choices=PRECISIONS))
 
 
 
@@ -390,3 +396,12 @@ def _layer(f: Fields) -> LayerProfile:
 def tp_divides(profile: ModelProfile, tp: int) -> bool:
     """Whether `tp` GPUs can split every layer of `profile` (see ModelProfile.tp_divisor)."""
     return profile.tp_divisor is None or profile.tp_divisor % tp == 0
+
+
+def precision_note(profile: ModelProfile, precision: str) -> str | None:
+    """A note where `profile`'s times were taken at another precision than the plan trains at (the
+    times stay as profiled; memory and link bytes follow the plan's precision); None otherwise."""
+    if profile.precision is None or profile.precision == precision:
+        return None
+    return (f"precision: the profile's times are at {profile.precision}, the plan trains at {precision}: times "
+            f"as profiled, memory and transfers at {precision} (derive or measure the profile at {precision})")

@@ -339,7 +339,8 @@ def to_profile(run: SailorRun, model: str, shape: TransformerShape, data: Path |
     return ModelProfile(model=model, batch_size=run.mbs, layers=tuple(layers),
                         edges=tuple((i, i + 1) for i in range(len(layers) - 1)),
                         input_bytes=8 * shape.seq_len * run.mbs, source=source,
-                        tokens_per_sample=shape.seq_len, tp_divisor=math.gcd(shape.heads, shape.kv))
+                        tokens_per_sample=shape.seq_len, tp_divisor=math.gcd(shape.heads, shape.kv),
+                        precision="tf32" if data is not None else None)    # Sailor's "FP32" runs, TF32 products
 
 
 def _layer_updates(column: list[float], param_bytes: list[int]) -> list[float]:

@@ -104,7 +104,8 @@ def measure_graph_profile(graph: LayerGraph, example: torch.Tensor, *, model: st
                                 bwd_s={device_type: pick(bwd[i])}) for i in range(len(graph)))
     return ModelProfile(model=model, batch_size=int(example.shape[0]), layers=layers,
                         edges=tuple(graph.edges), input_bytes=_nbytes(example), source=source,
-                        tokens_per_sample=task.tokens_per_sample if task is not None else None)
+                        tokens_per_sample=task.tokens_per_sample if task is not None else None,
+                        precision=precision)
 
 
 _STATISTICS = {"median": statistics.median, "min": min}

@@ -157,3 +157,20 @@ def test_all_reduce_calls_without_bytes_are_refused_naming_the_field(tmp_path):
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(doc))
     with pytest.raises(HetsimError, match=r"layers\[0\]\.tp_allreduce_calls: calls of no bytes"):
         load_profile(tmp_path / "p.yaml")
+
+
+def test_a_profile_taken_at_another_precision_than_the_plans_is_noted_and_its_precision_round_trips():
+    from dataclasses import replace
+
+    import hetsim
+    analytic = load_profile("vgg19_b32_analytic")
+    assert analytic.precision is None and load_profile("vgg19_b32").precision == "fp32"
+    quiet = hetsim.simulate(profile=analytic, waves=3, warmup_waves=1, trace=False)
+    assert not any(n.startswith("precision:") for n in quiet.notes)
+    bf16 = replace(analytic, precision="bf16")
+    noted = hetsim.simulate(profile=bf16, waves=3, warmup_waves=1, trace=False)
+    assert any(n.startswith("precision: the profile's times are at bf16, the plan trains at fp32") for n in noted.notes)
+    assert noted.throughput == quiet.throughput                        # a note, not a change
+    assert profile_from_dict(bf16.to_dict(), "p").precision == "bf16"
+    with pytest.raises(SpecError, match="precision: 'fp8' is not one of"):
+        profile_from_dict({**bf16.to_dict(), "precision": "fp8"}, "p")

@@ -271,6 +271,14 @@ def test_run_py_predicts_a_plan_without_measurements_beside_the_others_and_draws
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["t.csv", "t.md", "t.png"]
 
 
+def test_a_16_bit_import_needs_derived_times_as_sailors_measured_ones_are_fp32(tmp_path, capsys):
+    assert main(["import", "sailor", str(GH / "plan_config_N4_D1.json"), "--data", str(DATA), "--training-config",
+                 str(OPT), "--precision", "bf16", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "--precision bf16: Sailor's measured layer times are of FP32 runs" in err and err.count("\n") == 1
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_virtual_workers_sync_wait_is_its_first_stages_inside_the_window(tmp_path):
     """N6_D6's replicas wait tens of seconds a wave in the gradient all-reduce for the slowest one, so
     waits cross the steady-state window's edges: the VW's figure counts only their part inside it, as

@@ -12,6 +12,7 @@ import yaml
 
 from hetsim.cli.arguments import check_output_dir, existing_dir, existing_file
 from hetsim.cli.torch_side import torch_side
+from hetsim.errors import HetsimError
 
 __all__ = ["add_arguments", "run", "write_import"]
 
@@ -43,6 +44,10 @@ def write_import(plan_path: str | Path, data: str | Path, training_config: str |
     from hetsim.plan import save_plan
     from hetsim.profile_files import save_profile
     from hetsim.sailor import import_run
+    if not derived and precision not in ("fp32", "tf32"):
+        # Memory and link bytes would follow the precision while the measured times stay FP32's.
+        raise HetsimError(f"--precision {precision}: Sailor's measured layer times are of FP32 runs (TF32 matrix "
+                          f"products); add --derived to plan the run at {precision}")
     imported = import_run(plan_path, data, training_config, measured_times=not derived)
     cluster, profile, run = imported.cluster, imported.profile, imported.run
     if derived:

@@ -11,6 +11,7 @@ from hetsim.errors import HetsimError
 from hetsim.memory import GIB, unreserved_note
 from hetsim.report_sections import staleness_bounds
 from hetsim.plan import ASYNC_SCHEDULES, OPTIMIZERS, PRECISIONS, SCHEDULES
+from hetsim.profile import precision_note
 from hetsim.schedule.registry import FLUSH_SCHEDULES, schedule_kind
 from hetsim.planner.search import SIM_MAX_GPUS
 
@@ -178,9 +179,9 @@ def run(args: argparse.Namespace) -> int:
           f"({result.pruned} below the listed ones by bound, not built), {result.simulated} simulated, "
           f"{wall:.1f} s{_what_if_note(args)}\n")
     print(format_ranking(result, cluster, profile.batch_size, args.show))
-    reserve = unreserved_note(cluster)
-    if reserve:
-        print(f"\nnote: {reserve}")
+    for note in (unreserved_note(cluster), precision_note(profile, space.precision)):
+        if note:
+            print(f"\nnote: {note}")
     if accuracy:
         print("\n" + accuracy)
     if args.out:

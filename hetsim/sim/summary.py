@@ -9,7 +9,7 @@ from hetsim.cluster import Cluster
 from hetsim.errors import SimulationError
 from hetsim.memory import StageMemory, unreserved_note
 from hetsim.plan import Plan
-from hetsim.profile import ModelProfile
+from hetsim.profile import ModelProfile, precision_note
 from hetsim.report import GpuStats, LinkStats, Report
 from hetsim.report_sections import RunRecords, plan_window, run_sections
 from hetsim.sim.pipeline import Stage
@@ -121,4 +121,5 @@ def _notes(profile: ModelProfile, options, cluster: Cluster, plan: Plan) -> list
     if options.jitter_cv:
         notes.append(f"compute jitter: lognormal, cv {options.jitter_cv}, seed {options.seed}")
     reserve = unreserved_note(cluster, plan.gpus)
-    return notes + ([reserve] if reserve else [])
+    precision = precision_note(profile, plan.precision)
+    return notes + [n for n in (reserve, precision) if n]
