@@ -203,20 +203,24 @@ def _what_if_note(args: argparse.Namespace) -> str:
 
 
 def format_ranking(result, cluster, batch: int, rows: int = 15) -> str:
-    """The ranked table; `*` marks a simulated throughput, `~` a closed-form estimate."""
-    header = (f"{'#':>3} {'policy':<18}{'VWs':>4}  {'partition (vw0: GPU type:layers)':<66}{'Nm':>3}{'D':>3}"
-              f"{'samples/s':>11}  {'bottleneck':<16}{'peak GiB per GPU (vw0)':<26}{'staleness':<10}")
-    lines = [header, "-" * len(header)]
-    feasible = [c for c in result.candidates if c.feasible]
-    for i, c in enumerate(feasible[:rows], 1):
+    """The ranked table; `*` marks a simulated throughput, `~` a closed-form estimate. The partition and
+    memory columns widen to their longest entry (a VW of many stages), so columns never run together."""
+    cells = []
+    for c in [c for c in result.candidates if c.feasible][:rows]:
         vw0 = c.partitions[0]
-        partition = " ".join(f"{cluster.gpu(g).type.name}:{lo}-{hi}" for g, (lo, hi) in zip(vw0.gpus, vw0.layers))
-        mark = "*" if c.simulated_mb_s is not None else "~"
-        memory = "/".join(f"{c.memory_bytes[g] / GIB:.1f}" for g in vw0.gpus)
         local, global_ = staleness_bounds(c.plan, c.in_flight)
-        stale = f"{local}/{'-' if global_ is None else global_}"
-        lines.append(f"{i:>3} {c.policy:<18}{len(c.partitions):>4}  {partition:<66}{c.nm:>3}{c.staleness:>3}"
-                     f"{c.predicted_mb_s * batch:>10.1f}{mark}  {c.estimate.bottleneck:<16}{memory:<26}{stale:<10}")
+        cells.append((c, " ".join(f"{cluster.gpu(g).type.name}:{lo}-{hi}" for g, (lo, hi) in zip(vw0.gpus, vw0.layers)),
+                      "/".join(f"{c.memory_bytes[g] / GIB:.1f}" for g in vw0.gpus),
+                      f"{local}/{'-' if global_ is None else global_}"))
+    part_w = max([66] + [len(p) + 1 for _, p, _, _ in cells])
+    mem_w = max([26] + [len(m) + 1 for _, _, m, _ in cells])
+    header = (f"{'#':>3} {'policy':<18}{'VWs':>4}  {'partition (vw0: GPU type:layers)':<{part_w}}{'Nm':>3}{'D':>3}"
+              f"{'samples/s':>11}  {'bottleneck':<16}{'peak GiB per GPU (vw0)':<{mem_w}}{'staleness':<10}")
+    lines = [header, "-" * len(header)]
+    for i, (c, partition, memory, stale) in enumerate(cells, 1):
+        mark = "*" if c.simulated_mb_s is not None else "~"
+        lines.append(f"{i:>3} {c.policy:<18}{len(c.partitions):>4}  {partition:<{part_w}}{c.nm:>3}{c.staleness:>3}"
+                     f"{c.predicted_mb_s * batch:>10.1f}{mark}  {c.estimate.bottleneck:<16}{memory:<{mem_w}}{stale:<10}")
     infeasible = [c for c in result.candidates if not c.feasible]
     lines.append("\n* simulated, ~ closed-form estimate; partition: GPU type:first-end layer of each stage "
                  "of vw0; staleness: local (in flight - 1) / global bound (D + pull offset)")

@@ -135,3 +135,15 @@ def test_a_tp_degree_below_one_is_a_one_line_error(capsys):
     code = main(["plan", "--cluster", "hetpipe_4node", "--model", "vgg19_b32_analytic", "--jobs", "1", "--tp", "1,0"])
     err = capsys.readouterr().err
     assert code == 2 and "--tp '1,0': every value must be >= 1" in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_rankings_columns_widen_for_a_virtual_worker_of_sixteen_stages(capsys):
+    """ED on 16 nodes makes 16-stage VWs: the partition and memory cells outgrow their default widths,
+    and the columns widen so that every row stays as long as the header (none runs into the next)."""
+    assert main(["plan", "--cluster", "sdpipe_16x4", "--model", "resnet18_b32", "--policies", "ED", "--nm", "16",
+                 "--quiet"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.lstrip().startswith("# policy"))
+    rows = [line for line in lines[header + 2:] if line[:3].strip().isdigit()]
+    assert rows and len(lines[header]) > 180 and all(len(r) == len(lines[header]) for r in rows)
+    assert "v100:44-69  16" in rows[0]
