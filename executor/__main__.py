@@ -10,7 +10,7 @@ import argparse
 import os
 import sys
 
-from hetsim.cli.assignments import assignments
+from hetsim.cli.assignments import assignments, model_kwargs
 from hetsim.errors import HetsimError
 
 __all__ = ["main", "add_arguments", "options_from_args", "model_kwargs"]
@@ -49,18 +49,6 @@ def options_from_args(args):
     return ExecOptions(waves=args.waves, warmup_waves=args.warmup_waves, seed=args.seed, data=args.data,
                        lr=args.lr, momentum=args.momentum, slowdown=slowdown, threads=args.threads,
                        timeout_s=args.timeout, device=args.device, backend=args.backend)
-
-
-def model_kwargs(items: list[str]) -> dict[str, int]:
-    return assignments(items, "--model-arg", _size, "NAME=INT >= 1, e.g. hidden=1024")
-
-
-def _size(text: str) -> int:
-    """A model's sizes (widths, depths, lengths, vocabularies) are whole numbers of at least one."""
-    value = int(text)
-    if value < 1:
-        raise ValueError(text)
-    return value
 
 
 def main(argv: list[str] | None = None) -> int:

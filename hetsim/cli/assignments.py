@@ -6,7 +6,7 @@ from typing import Callable
 
 from hetsim.errors import HetsimError
 
-__all__ = ["assignments"]
+__all__ = ["assignments", "model_kwargs"]
 
 
 def assignments(items: list[str], flag: str, convert: Callable[[str], object], example: str) -> dict:
@@ -21,3 +21,16 @@ def assignments(items: list[str], flag: str, convert: Callable[[str], object], e
         except ValueError:
             raise HetsimError(f"{flag} {item!r}: expected {example}") from None
     return out
+
+
+def model_kwargs(items: list[str], example: str = "hidden=1024") -> dict[str, int]:
+    """--model-arg NAME=INT items as a model's constructor arguments."""
+    return assignments(items, "--model-arg", _size, f"NAME=INT >= 1, e.g. {example}")
+
+
+def _size(text: str) -> int:
+    """A model's sizes (widths, depths, lengths, vocabularies) are whole numbers of at least one."""
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value

@@ -20,7 +20,7 @@ import difflib
 import re
 
 from hetsim.cli.arguments import check_output_file, whole
-from hetsim.cli.assignments import assignments
+from hetsim.cli.assignments import model_kwargs
 from hetsim.cli.torch_side import torch_side
 from hetsim.errors import HetsimError, SpecError
 from hetsim.plan import PRECISIONS
@@ -72,19 +72,11 @@ def run(args: argparse.Namespace) -> int:
         raise SpecError("--no-measure needs --derive-for: otherwise the profile would have no times")
     _check_device(args.device)
     _check_graph_gpu(args, derive_for)
-    args.model_kwargs = assignments(args.model_arg, "--model-arg", _size, "NAME=INT >= 1, e.g. seq_len=4096")
+    args.model_kwargs = model_kwargs(args.model_arg, "seq_len=4096")
     check_output_file(args.out, "--out", (".yaml", ".yml", ".json", ".txt"))
     if args.graph_txt:
         check_output_file(args.graph_txt, "--graph-txt", (".txt",))
     return torch_side("profile")(args, [gpus[n] for n in derive_for])
-
-
-def _size(text: str) -> int:
-    """A model's sizes (widths, depths, lengths, vocabularies) are whole numbers of at least one."""
-    value = int(text)
-    if value < 1:
-        raise ValueError(text)
-    return value
 
 
 def _check_device(device: str) -> None:
