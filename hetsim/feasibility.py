@@ -173,7 +173,7 @@ def _check_schedule_rules(plan: Plan) -> None:
         raise PlanError(f"plan: sync.mode: {plan.sync.mode} is not supported by schedule {plan.schedule}; "
                         f"use {' or '.join(kind.sync_modes)}")
     for v, vw in enumerate(plan.virtual_workers):
-        if (kind.virtual_stages or kind.split_backward) and any(s.tp > 1 for s in vw.stages):
+        if kind.one_gpu_stages and any(s.tp > 1 for s in vw.stages):
             raise PlanError(f"plan: virtual_workers[{v}].stages: {plan.schedule} with tensor-parallel stages "
                             "is not supported; give each stage one GPU")
         if not kind.virtual_stages:

@@ -339,7 +339,7 @@ def to_profile(run: SailorRun, model: str, shape: TransformerShape, data: Path |
     return ModelProfile(model=model, batch_size=run.mbs, layers=tuple(layers),
                         edges=tuple((i, i + 1) for i in range(len(layers) - 1)),
                         input_bytes=8 * shape.seq_len * run.mbs, source=source,
-                        tokens_per_sample=shape.seq_len, tp_divisor=math.gcd(shape.heads, shape.kv),
+                        tokens_per_sample=shape.seq_len, tp_divisor=shape.tp_divisor,
                         precision="tf32" if data is not None else None)    # Sailor's "FP32" runs, TF32 products
 
 
@@ -433,7 +433,7 @@ def import_run(plan_path: str | Path, data: str | Path, training_config: str | P
     if max(run.layers[-1]) + 1 != shape.n_layers:
         raise SpecError(f"{Path(plan_path).name}: pipeline_list[0].layers_per_stage: the stages cover "
                         f"{max(run.layers[-1]) + 1} layers, the training config {shape.n_layers}")
-    divisor = math.gcd(shape.heads, shape.kv)
+    divisor = shape.tp_divisor
     for g in run.groups:
         if divisor % g.tp:
             raise SpecError(f"{Path(plan_path).name}: pipeline_list[0].tmp_per_stage[{g.stage}][{g.replica}]: "

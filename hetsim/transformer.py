@@ -23,6 +23,8 @@ head none forward but its loss's three per-token values, one backward.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 
 from hetsim.derive import LayerCost
@@ -52,6 +54,11 @@ class TransformerShape:
     @property
     def kv(self) -> int:
         return self.kv_heads or self.heads
+
+    @property
+    def tp_divisor(self) -> int:
+        """What a tensor-parallel degree must divide: Megatron splits whole heads, query and key/value."""
+        return math.gcd(self.heads, self.kv)
 
     @property
     def n_layers(self) -> int:

@@ -119,7 +119,7 @@ def _schedule(args: argparse.Namespace) -> str:
         raise HetsimError(f"--sync bsp: needs a flush schedule (--schedule {', '.join(FLUSH_SCHEDULES)}), "
                           f"not {args.schedule}")
     kind = schedule_kind(args.schedule)
-    if (kind.virtual_stages or kind.split_backward) and any(t > 1 for t in _ints(args.tp, "--tp", 1)):
+    if kind.one_gpu_stages and any(t > 1 for t in _ints(args.tp, "--tp", 1)):
         raise HetsimError(f"--tp {args.tp}: --schedule {args.schedule} runs stages of one GPU each; give --tp 1 "
                           "or another schedule")
     modes = kind.sync_modes

@@ -42,6 +42,11 @@ class ScheduleKind:
     # (a plan's blocking_p2p makes each send hold its sender alone; the deadlock check stays strict).
     explicit_p2p: bool = False
 
+    @property
+    def one_gpu_stages(self) -> bool:
+        """Its stages run on one GPU each: virtual stages and split backwards have no tensor-parallel form."""
+        return self.virtual_stages or self.split_backward
+
 
 def _one_f_one_b_rule(k: int, s: int, nm: int, v: int) -> int:
     return min(nm, k - s)
