@@ -45,10 +45,11 @@ from hetsim.errors import SpecError
 from hetsim.fields import read_document
 from hetsim.gpu import KERNEL_CLASSES, GpuType
 from hetsim.plan import ELEMENT_BYTES, PRECISIONS
-from hetsim.profile import LayerProfile, ModelProfile
+from hetsim.profile import LayerProfile, ModelProfile, tp_key
 
-__all__ = ["LayerCost", "Efficiency", "load_efficiencies", "pass_time_s", "derive_profile", "calibrate",
-           "calibration_errors", "kernel_class", "cost_from_ops", "KIND_CLASS", "OP_CLASS", "ELEMENT_BYTES"]
+__all__ = ["LayerCost", "Efficiency", "load_efficiencies", "pass_time_s", "derive_profile", "with_tp_times",
+           "tp_share", "calibrate", "calibration_errors", "kernel_class", "cost_from_ops", "KIND_CLASS", "OP_CLASS",
+           "ELEMENT_BYTES"]
 
 PASSES = ("fwd", "bwd")
 # Layer kinds -> kernel class; unlisted kinds are elementwise. A Block without parts is timed as one
@@ -185,6 +186,41 @@ def derive_profile(base: ModelProfile, costs: list[LayerCost], gpus: list[GpuTyp
     source = "; ".join(s for s in (base.source, f"derived for {derived} by hetsim.derive (roofline of "
                                    f"counted FLOPs/bytes with efficiency factors from gpu_profiles){note}") if s)
     return replace(base, layers=tuple(layers), source=source, precision=precision)
+
+
+def with_tp_times(profile: ModelProfile, costs: list[LayerCost], gpus: list[GpuType],
+                  effs: dict[str, Efficiency], tp_degrees, *, precision: str = "fp32") -> ModelProfile:
+    """`profile` with times keyed TYPE@tpT added for each tensor-parallel degree T > 1 in `tp_degrees`:
+    one rank's share of each layer (`tp_share`) derived as `derive_profile` does, so each pass takes at
+    least the type's TP floor. The all-reduces are left to the simulator (tp_times_include_allreduce)."""
+    degrees = sorted(set(tp_degrees) - {1})
+    out = profile
+    for t in degrees:
+        shard = derive_profile(profile, [tp_share(c, t) for c in costs], gpus, effs, precision=precision, tp=t)
+        layers = [replace(l, fwd_s={**l.fwd_s, **{tp_key(g.name, t): d.fwd_s[g.name] for g in gpus}},
+                          bwd_s={**l.bwd_s, **{tp_key(g.name, t): d.bwd_s[g.name] for g in gpus}})
+                  for l, d in zip(out.layers, shard.layers)]
+        out = replace(out, layers=tuple(layers))
+    if not degrees:
+        return profile
+    note = f"; times at TP {', '.join(map(str, degrees))} are one rank's share, at least the TP host floor"
+    return replace(out, tp_times_include_allreduce=False, source=out.source + note)
+
+
+def tp_share(cost: LayerCost, t: int) -> LayerCost:
+    """One rank's share of a layer's work in a tensor-parallel group of `t` (Megatron splits heads, the
+    MLP width and the vocabulary): norms whole, everything else 1/t. The layer's fixed cost is its
+    overhead, which derive charges every rank whole."""
+    def part(c: LayerCost) -> LayerCost:
+        if kernel_class(c.kind) == "norm":
+            return c
+        return replace(c, flops_fwd=c.flops_fwd / t, flops_bwd=c.flops_bwd / t, bytes_fwd=c.bytes_fwd / t,
+                       bytes_bwd=c.bytes_bwd / t)
+    if not cost.parts:
+        return part(cost)
+    parts = tuple(part(c) for c in cost.parts)
+    return replace(cost, parts=parts, **{f: sum(getattr(c, f) for c in parts)
+                                         for f in ("flops_fwd", "flops_bwd", "bytes_fwd", "bytes_bwd")})
 
 
 def calibrate(measured: list[ModelProfile], costs: list[list[LayerCost]], device: GpuType,

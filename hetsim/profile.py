@@ -23,7 +23,8 @@ from hetsim.errors import PlanError
 from hetsim.fields import Fields
 from hetsim.plan import PRECISIONS
 
-__all__ = ["LayerProfile", "ModelProfile", "StageTimes", "profile_from_dict", "tp_key", "tp_divides", "precision_note"]
+__all__ = ["LayerProfile", "ModelProfile", "StageTimes", "profile_from_dict", "tp_key", "tp_divides", "precision_note",
+           "tp_note"]
 
 
 def tp_key(gpu_type: str, tp: int) -> str:
@@ -405,3 +406,22 @@ def precision_note(profile: ModelProfile, precision: str) -> str | None:
         return None
     return (f"precision: the profile's times are at {profile.precision}, the plan trains at {precision}: times "
             f"as profiled, memory and transfers at {precision} (derive or measure the profile at {precision})")
+
+
+def tp_note(profile: ModelProfile, groups) -> str | None:
+    """A note naming the (GPU type, tensor-parallel degree) pairs of `groups` that `profile` has no times
+    for, so that their stages take the type's single-GPU times divided by the degree: no host floor and
+    no whole norms, which rates a small micro-batch's high degrees too fast; None where none is missing."""
+    degrees: dict[str, set[int]] = {}
+    for g, t in groups:
+        if t > 1 and g in profile.time_keys and tp_key(g, t) not in profile.time_keys:
+            degrees.setdefault(g, set()).add(t)
+    if not degrees:
+        return None
+    by_degrees: dict[tuple[int, ...], list[str]] = {}
+    for g in sorted(degrees):
+        by_degrees.setdefault(tuple(sorted(degrees[g])), []).append(g)
+    named = "; ".join(f"{', '.join(gs)} at TP {', '.join(map(str, ts))}" for ts, gs in sorted(by_degrees.items()))
+    return (f"tensor parallelism: the profile has no times for {named}; those stages take single-GPU times "
+            "divided by the degree, without the host floor that slows a rank's small share (derive them with "
+            "`hetsim profile --derive-for TYPE --tp T`)")

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import torch
 
-from hetsim.derive import derive_profile, load_efficiencies
+from hetsim.derive import derive_profile, load_efficiencies, with_tp_times
 from hetsim.errors import HetsimError, SpecError
 from hetsim.gpu import GpuType
 from hetsim.pipedream_graph import write_graph
+from hetsim.profile import tp_divides
 from hetsim.profile_files import save_profile
 from modelzoo import MODELS
 from modelzoo.counting import counted_profile, with_counts
@@ -64,18 +65,24 @@ def _profile(args, derive_for: list[GpuType]):
         base = with_counts(measured, skeleton)
     if not derive_for:
         return base
+    unsplit = [t for t in getattr(args, "tp_degrees", (1,)) if not tp_divides(base, t)]
+    if unsplit:
+        raise SpecError(f"--tp {args.tp}: {args.model}'s layers split into tensor-parallel degrees dividing "
+                        f"{base.tp_divisor} (its attention heads), not {', '.join(map(str, unsplit))}")
     return derive_times(args.model, args.batch, base, costs, derive_for, precision=args.precision,
-                        attention=args.attention, **kwargs)
+                        attention=args.attention, tp_degrees=getattr(args, "tp_degrees", (1,)), **kwargs)
 
 
 def derive_times(model: str, batch: int, base, costs: list, gpus: list[GpuType], *, precision: str,
-                 attention: str, **model_kwargs):
+                 attention: str, tp_degrees=(1,), **model_kwargs):
     """`base` (counted or measured) with times derived for `gpus` from `costs` (modelzoo.counting's, with
-    `attention`), blocks split by kernel class: what `hetsim profile --derive-for` writes."""
+    `attention`), blocks split by kernel class, and for each tensor-parallel degree in `tp_degrees` above 1
+    one rank's times: what `hetsim profile --derive-for ... --tp ...` writes."""
     costs = split_by_kernel_class(model, batch, costs, attention=attention, **model_kwargs)
     note = f", attention counted {attention}" if any(c.kind == "Block" for c in costs) else ""
-    return derive_profile(base, costs, gpus, load_efficiencies({g.name: g for g in gpus}), precision=precision,
-                          note=note)
+    effs = load_efficiencies({g.name: g for g in gpus})
+    derived = derive_profile(base, costs, gpus, effs, precision=precision, note=note)
+    return with_tp_times(derived, costs, gpus, effs, tp_degrees, precision=precision)
 
 
 def _device_type(args) -> str:
@@ -96,5 +103,7 @@ def _write(profile, args, derive_for: list[str]) -> None:
     if args.graph_txt:
         write_graph(profile, args.graph_txt, gpu_type=graph_gpu)
     types = ", ".join(sorted(profile.gpu_types))
+    degrees = sorted({int(k.partition("@tp")[2]) for k in profile.time_keys if "@tp" in k})
+    tp = f" (and one rank's at TP {', '.join(map(str, degrees))})" if degrees else ""
     print(f"wrote {out}: {profile.model} at batch {profile.batch_size}, {profile.n_layers} layers, "
-          f"times for {types}" + (f"; graph.txt: {args.graph_txt}" if args.graph_txt else ""))
+          f"times for {types}{tp}" + (f"; graph.txt: {args.graph_txt}" if args.graph_txt else ""))

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from hetsim.derive import LayerCost, derive_profile, kernel_class, load_efficiencies
+from hetsim.derive import LayerCost, derive_profile, load_efficiencies, with_tp_times
 from hetsim.gpu import load_gpu_types
-from hetsim.profile import tp_key
 from modelzoo.counting import count_model
 from modelzoo.kernel_classes import split_by_kernel_class
 
-__all__ = ["derived_times", "tp_share"]
+__all__ = ["derived_times"]
 
 
 ATTENTION = "materialized"         # as the kernel-class factors were fitted (see derived_times)
@@ -39,27 +38,8 @@ def derived_times(profile, shape, cluster: dict, precision: str, tp_degrees: set
     chosen = [gpus[n] for n in sorted({g["type"] for n in cluster["nodes"] for g in n["gpus"]})]
     costs, effs = [*split[:1 + shape.n_layer], *tail], load_efficiencies(gpus, efficiency)
     out = derive_profile(profile, costs, chosen, effs, precision=precision)
-    for t in sorted(tp_degrees - {1}):
-        shard = derive_profile(profile, [tp_share(c, t) for c in costs], chosen, effs, precision=precision, tp=t)
-        layers = [replace(l, fwd_s={**l.fwd_s, **{tp_key(g.name, t): d.fwd_s[g.name] for g in chosen}},
-                          bwd_s={**l.bwd_s, **{tp_key(g.name, t): d.bwd_s[g.name] for g in chosen}})
-                  for l, d in zip(out.layers, shard.layers)]
-        out = replace(out, layers=tuple(layers))
-    return replace(out, tp_times_include_allreduce=False)
-
-
-def tp_share(cost, t: int):
-    """One TP rank's share of a layer's work: norms whole, everything else 1/t."""
-    def part(c):
-        if kernel_class(c.kind) == "norm":
-            return c
-        return replace(c, flops_fwd=c.flops_fwd / t, flops_bwd=c.flops_bwd / t, bytes_fwd=c.bytes_fwd / t,
-                       bytes_bwd=c.bytes_bwd / t)
-    if not cost.parts:
-        return part(cost)
-    parts = tuple(part(c) for c in cost.parts)
-    return replace(cost, parts=parts, **{f: sum(getattr(c, f) for c in parts)
-                                         for f in ("flops_fwd", "flops_bwd", "bytes_fwd", "bytes_bwd")})
+    return replace(with_tp_times(out, costs, chosen, effs, tp_degrees, precision=precision),
+                   tp_times_include_allreduce=False)
 
 
 def _zoo_model(shape) -> tuple[str, dict]:

@@ -41,6 +41,10 @@ def test_no_measure_derives_every_gpu_type_from_counts_alone(tmp_path):
     (["--model", "mlp", "--model-arg", "hidden=0"], "--model-arg 'hidden=0': expected NAME=INT >= 1"),
     (["--model", "gpt2-small", "--model-arg", "seqlen=64", "--no-measure", "--derive-for", "h100"],
      "--model gpt2-small: cannot be built or run with --model-arg seqlen=64, --batch 32"),
+    (["--model", "mlp", "--tp", "2"], "--tp 2: needs --derive-for"),
+    (["--model", "mlp", "--tp", "2,x", "--no-measure", "--derive-for", "h100"], "--tp '2,x': expected comma-separated"),
+    (["--model", "gpt2-small", "--model-arg", "seq_len=64", "--tp", "5", "--no-measure", "--derive-for", "h100"],
+     "--tp 5: gpt2-small's layers split into tensor-parallel degrees dividing 12 (its attention heads), not 5"),
 ])
 def test_bad_arguments_are_one_line_errors(tmp_path, capsys, args, message):
     assert main(["profile", *args, "--out", str(tmp_path / "x.yaml")]) == 2
@@ -55,6 +59,37 @@ def test_model_args_reach_the_model_a_derived_profile_counts(tmp_path):
     p = load_profile(out)
     assert p.tokens_per_sample == 128 and [l.kind for l in p.layers].count("Block") == 2
     assert "seq_len=128" in p.source
+
+
+def test_tp_times_derived_per_rank_slow_a_small_micro_batch_as_the_host_floor_says(tmp_path):
+    out = tmp_path / "opt.yaml"
+    assert main(["profile", "--model", "opt-350m", "--batch", "1", "--no-measure", "--derive-for", "gh200,h100",
+                 "--tp", "1,4", "--precision", "tf32", "--out", str(out), "-q"]) == 0
+    p = load_profile(out)
+    assert p.time_keys == {"gh200", "gh200@tp4", "h100", "h100@tp4"} and not p.tp_times_include_allreduce
+    blocks = [i for i, l in enumerate(p.layers) if l.kind == "Block"]
+    lo, hi = blocks[0], blocks[-1] + 1
+    # GH200 has a floor of 1.375 / 1.61 ms a block pass (efficiency.yaml); H100 has none, so its rank does a
+    # quarter of the GEMMs and attention, the whole norms and the whole per-layer overhead.
+    floored = p.stage_times_tp("gh200", lo, hi, 4)
+    assert floored.fwd_s == pytest.approx(1.375e-3 * len(blocks)) and floored.bwd_s == pytest.approx(1.61e-3 * len(blocks))
+    one, four = p.stage_times("h100", lo, hi), p.stage_times_tp("h100", lo, hi, 4)
+    assert one[0] / 4 < four.fwd_s < one[0] and one[1] / 4 < four.bwd_s < one[1]
+    assert not four.measured_tp                  # the simulator adds the all-reduces on the node's links
+
+
+def test_hetsim_plan_notes_the_tp_degrees_a_profile_has_no_times_for(tmp_path, capsys):
+    prof, cluster = tmp_path / "opt.yaml", tmp_path / "c.yaml"
+    assert main(["profile", "--model", "opt-350m", "--model-arg", "n_layer=4", "--batch", "1", "--no-measure",
+                 "--derive-for", "gh200", "--tp", "4", "--out", str(prof), "-q"]) == 0
+    cluster.write_text("name: c\nnetwork: {kind: infiniband, bandwidth_gbit_s: 200}\n"
+                       "nodes:\n  - {name: n0, gpus: [{type: gh200, count: 4}], intra_link: {kind: nvlink, bandwidth_GBps: 450}}\n")
+    capsys.readouterr()
+    args = ["plan", "--cluster", str(cluster), "--model", str(prof), "--sync", "bsp", "--nm", "2", "-q"]
+    assert main([*args, "--tp", "1,4"]) == 0
+    assert "tensor parallelism" not in capsys.readouterr().out
+    assert main([*args, "--tp", "1,2,4"]) == 0
+    assert "note: tensor parallelism: the profile has no times for gh200 at TP 2; " in capsys.readouterr().out
 
 
 def test_cuda_requested_without_cuda_is_a_clear_error(tmp_path, capsys):

@@ -11,7 +11,7 @@ import yaml
 
 from hetsim.data import data_root
 from hetsim.derive import (Efficiency, LayerCost, calibrate, cost_from_ops, derive_profile, load_efficiencies,
-                           pass_time_s)
+                           pass_time_s, tp_share, with_tp_times)
 from hetsim.errors import SpecError
 from hetsim.gpu import GpuType, load_gpu_type, load_gpu_types
 from hetsim.plan import PRECISIONS
@@ -43,6 +43,31 @@ def test_a_tensor_parallel_pass_takes_at_least_its_host_floor_and_a_floor_never_
     assert pass_time_s(big, "fwd", gpu, eff, tp=4) == pytest.approx(1e11 / 5e12 + 1e-5)  # 20 ms: above it
     assert pass_time_s(small, "bwd", gpu, eff, tp=4) == pytest.approx(2e9 / 5e12 + 1e-5)  # no bwd floor given
     assert pass_time_s(replace(small, kind="Linear"), "fwd", gpu, eff, tp=4) == pytest.approx(roofline)
+
+
+def test_tp_times_are_one_ranks_share_with_norms_whole_and_at_least_the_floor():
+    gpu = gpu_type()                                              # 10 TFLOP/s, 1 TB/s
+    eff = Efficiency(factors={"compute": 0.5, "memory": 0.5, "overhead_s": 1e-5, "floor_s.Block.fwd": 2e-3})
+    norm = LayerCost(kind="norm", flops_fwd=0, flops_bwd=0, bytes_fwd=4e8, bytes_bwd=8e8)
+    gemm = LayerCost(kind="gemm", flops_fwd=4e10, flops_bwd=8e10, bytes_fwd=1e6, bytes_bwd=2e6)
+    block = LayerCost(kind="Block", parts=(gemm, norm), **{f: getattr(gemm, f) + getattr(norm, f) for f in
+                                                           ("flops_fwd", "flops_bwd", "bytes_fwd", "bytes_bwd")})
+    share = tp_share(block, 4)
+    assert share.parts[1] == norm and share.flops_fwd == 1e10 and share.bytes_fwd == 1e6 / 4 + 4e8
+    base = ModelProfile(model="m", batch_size=1, edges=(), input_bytes=0,
+                        layers=(LayerProfile(name="b", kind="Block", fwd_s={}, bwd_s={}, param_bytes=0,
+                                             output_bytes=0),))
+    one = derive_profile(base, [block], [gpu], {gpu.name: eff})
+    out = with_tp_times(one, [block], [gpu], {gpu.name: eff}, (1, 4, 16))
+    layer = out.layers[0]
+    # fwd: the rank's GEMM share (1e10 FLOPs at 5 TFLOP/s) and the whole norm (4e8 B at 0.5 TB/s), or the floor
+    assert layer.fwd_s[f"{gpu.name}@tp4"] == pytest.approx(max(1e10 / 5e12 + 4e8 / 5e11 + 1e-5, 2e-3))
+    assert layer.fwd_s[f"{gpu.name}@tp16"] == pytest.approx(max(2.5e9 / 5e12 + 4e8 / 5e11 + 1e-5, 2e-3))
+    assert layer.fwd_s[f"{gpu.name}@tp16"] == 2e-3 < layer.fwd_s[f"{gpu.name}@tp4"]
+    assert layer.bwd_s[f"{gpu.name}@tp4"] == pytest.approx(2e10 / 5e12 + 8e8 / 5e11 + 1e-5)   # no bwd floor
+    assert layer.fwd_s[gpu.name] == one.layers[0].fwd_s[gpu.name]
+    assert not out.tp_times_include_allreduce and "TP 4, 16" in out.source
+    assert with_tp_times(one, [block], [gpu], {gpu.name: eff}, (1,)) is one      # nothing to add
 
 
 def test_efficiency_lookup_goes_from_specific_to_general_then_to_the_base():

@@ -5,7 +5,7 @@ import pytest
 from conftest import PIPEDREAM_PROFILES, profile
 from hetsim.errors import PlanError, SpecError
 from hetsim.pipedream_graph import parse_graph, read_graph, write_graph
-from hetsim.profile import ModelProfile, profile_from_dict
+from hetsim.profile import LayerProfile, ModelProfile, profile_from_dict, tp_note
 from hetsim.profile_files import load_profile, save_profile
 
 
@@ -174,3 +174,13 @@ def test_a_profile_taken_at_another_precision_than_the_plans_is_noted_and_its_pr
     assert profile_from_dict(bf16.to_dict(), "p").precision == "bf16"
     with pytest.raises(SpecError, match="precision: 'fp8' is not one of"):
         profile_from_dict({**bf16.to_dict(), "precision": "fp8"}, "p")
+
+
+def test_tp_note_names_the_types_and_degrees_the_profile_would_divide_single_gpu_times_for():
+    layer = LayerProfile(name="b", kind="Block", fwd_s={"a": 1.0, "b": 1.0, "a@tp4": 0.3}, bwd_s={"a": 2.0, "b": 2.0,
+                         "a@tp4": 0.6}, param_bytes=0, output_bytes=0)
+    p = ModelProfile(model="m", batch_size=1, layers=(layer,), edges=(), input_bytes=0)
+    assert tp_note(p, {("a", 1), ("a", 4), ("b", 1)}) is None
+    note = tp_note(p, {("a", 2), ("a", 4), ("b", 2), ("b", 4), ("c", 2)})     # c: no times at all, another error
+    assert note.startswith("tensor parallelism: the profile has no times for a at TP 2; b at TP 2, 4; ")
+    assert "hetsim profile --derive-for TYPE --tp T" in note

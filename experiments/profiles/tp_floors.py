@@ -38,11 +38,10 @@ import numpy as np
 import yaml
 
 from hetsim.data import data_root
-from hetsim.derive import PASSES, Efficiency, load_efficiencies, pass_time_s
+from hetsim.derive import PASSES, Efficiency, load_efficiencies, pass_time_s, tp_share
 from hetsim.gpu import load_gpu_types
 from hetsim.sailor import GPU_TYPES, NVLINK_TYPES, read_shape
 from hetsim.transformer import transformer_layers
-from modelzoo.sailor_times import tp_share
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sailor_layers import BLOCKS, MODEL, PRECISION, costs, default_data  # noqa: E402

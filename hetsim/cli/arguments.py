@@ -16,7 +16,7 @@ from typing import Callable
 
 from hetsim.errors import HetsimError
 
-__all__ = ["OneLineParser", "whole", "real", "existing_file", "existing_dir", "check_output_dir",
+__all__ = ["OneLineParser", "whole", "real", "int_list", "existing_file", "existing_dir", "check_output_dir",
            "check_output_file"]
 
 
@@ -55,6 +55,20 @@ def real(minimum: float, maximum: float | None = None, *, above: bool = False) -
         return value
     convert.__name__ = "number"
     return convert
+
+
+def int_list(text: str, option: str, minimum: int) -> tuple[int, ...]:
+    """Comma-separated integers >= `minimum`, sorted and without repeats: `--tp 1,2,4`."""
+    try:
+        values = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise HetsimError(f"{option} {text!r}: expected comma-separated integers, e.g. 1,2,4") from None
+    if not values:
+        raise HetsimError(f"{option}: give at least one value")
+    for v in values:
+        if v < minimum:
+            raise HetsimError(f"{option} {text!r}: every value must be >= {minimum}, got {v}")
+    return tuple(sorted(set(values)))
 
 
 def _check_range(value: float, minimum: float, maximum: float | None) -> None:

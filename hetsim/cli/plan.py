@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import time
 
-from hetsim.cli.arguments import check_output_file, real, whole
+from hetsim.cli.arguments import check_output_file, int_list, real, whole
 from hetsim.cli.progress import add_quiet, progress_factory
 from hetsim.errors import HetsimError
 from hetsim.memory import GIB, unreserved_note
 from hetsim.report_sections import staleness_bounds
 from hetsim.plan import ASYNC_SCHEDULES, OPTIMIZERS, PRECISIONS, SCHEDULES
-from hetsim.profile import precision_note
+from hetsim.profile import precision_note, tp_note
 from hetsim.schedule.registry import FLUSH_SCHEDULES, schedule_kind
 from hetsim.planner.search import SIM_MAX_GPUS
 
@@ -87,19 +87,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_quiet(p)
 
 
-def _ints(text: str, option: str, minimum: int) -> tuple[int, ...]:
-    try:
-        values = tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise HetsimError(f"{option} {text!r}: expected comma-separated integers, e.g. 1,2,4") from None
-    if not values:
-        raise HetsimError(f"{option}: give at least one value")
-    for v in values:
-        if v < minimum:
-            raise HetsimError(f"{option} {text!r}: every value must be >= {minimum}, got {v}")
-    return tuple(sorted(set(values)))
-
-
 def _policies(text: str) -> tuple[str, ...]:
     from hetsim.planner.search import POLICY_CHOICES
     policies = tuple(p.strip() for p in text.split(",") if p.strip())
@@ -119,7 +106,7 @@ def _schedule(args: argparse.Namespace) -> str:
         raise HetsimError(f"--sync bsp: needs a flush schedule (--schedule {', '.join(FLUSH_SCHEDULES)}), "
                           f"not {args.schedule}")
     kind = schedule_kind(args.schedule)
-    if kind.one_gpu_stages and any(t > 1 for t in _ints(args.tp, "--tp", 1)):
+    if kind.one_gpu_stages and any(t > 1 for t in int_list(args.tp, "--tp", 1)):
         raise HetsimError(f"--tp {args.tp}: --schedule {args.schedule} runs stages of one GPU each; give --tp 1 "
                           "or another schedule")
     modes = kind.sync_modes
@@ -143,8 +130,8 @@ def run(args: argparse.Namespace) -> int:
     from hetsim.planner import SearchSpace, search_plans
     from hetsim.plan import save_plan
     from hetsim.sim.engine import check_length
-    space = SearchSpace(policies=_policies(args.policies), nm_values=_ints(args.nm, "--nm", 1),
-                        staleness_values=_ints(args.staleness, "--staleness", 0), tp_values=_ints(args.tp, "--tp", 1),
+    space = SearchSpace(policies=_policies(args.policies), nm_values=int_list(args.nm, "--nm", 1),
+                        staleness_values=int_list(args.staleness, "--staleness", 0), tp_values=int_list(args.tp, "--tp", 1),
                         schedule=_schedule(args), sync=args.sync, precision=args.precision,
                         optimizer=args.optimizer, recompute=args.recompute,
                         top_k=args.top if args.cost_model == "hetsim" else 1,
@@ -179,7 +166,8 @@ def run(args: argparse.Namespace) -> int:
           f"({result.pruned} below the listed ones by bound, not built), {result.simulated} simulated, "
           f"{wall:.1f} s{_what_if_note(args)}\n")
     print(format_ranking(result, cluster, profile.batch_size, args.show))
-    for note in (unreserved_note(cluster), precision_note(profile, space.precision)):
+    tp = tp_note(profile, {(name, t) for name in cluster.gpu_types for t in space.tp_values})
+    for note in (unreserved_note(cluster), precision_note(profile, space.precision), tp):
         if note:
             print(f"\nnote: {note}")
     if accuracy:

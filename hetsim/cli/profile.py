@@ -3,11 +3,13 @@
     hetsim profile --model vgg19 --batch 32 --device cpu --derive-for titan-v,rtx-2060 --out vgg19.yaml
     hetsim profile --model resnet152 --batch 32 --no-measure --derive-for all --out resnet152_b32.yaml
     hetsim profile --model gpt2-medium --batch 4 --no-measure --derive-for a100,v100 --precision tf32 --out g.yaml
+    hetsim profile --model opt-350m --batch 1 --no-measure --derive-for gh200 --tp 2,4 --out opt.yaml
 
 Writes hetsim's YAML/JSON format, or PipeDream's graph.txt when --out ends in .txt (one device
 type's times: --graph-gpu). Measured and derived times are both for training at --precision
 (hetsim.derive says which math each precision implies; modelzoo.profiler measures in that math),
-derived transformer blocks with attention counted as --attention says (modelzoo.attention). This
+derived transformer blocks with attention counted as --attention says (modelzoo.attention), and with
+--tp, derived times for one rank of each tensor-parallel degree (hetsim.derive.with_tp_times). This
 module holds the command's arguments and checks them; measuring needs torch and lives with the model
 zoo (modelzoo.profile_command), found by name in hetsim.cli.torch_side's table: torch loads only when
 this command runs.
@@ -19,7 +21,7 @@ import argparse
 import difflib
 import re
 
-from hetsim.cli.arguments import check_output_file, whole
+from hetsim.cli.arguments import check_output_file, int_list, whole
 from hetsim.cli.assignments import model_kwargs
 from hetsim.cli.torch_side import torch_side
 from hetsim.errors import HetsimError, SpecError
@@ -49,6 +51,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="how derived times count attention: fused (one flash / memory-efficient kernel, as "
                         "PyTorch runs the zoo's transformers on a GPU) or materialized (the s x s scores through "
                         "memory, as Megatron-LM's core attention); default %(default)s")
+    p.add_argument("--tp", default="1", metavar="T,...",
+                   help="tensor-parallel degrees to derive times for besides single GPUs: one rank's share of "
+                   "each layer, at least the GPU type's TP host floor (default: none; needs --derive-for)")
     p.add_argument("--repeats", type=whole(1), default=5, help="timed passes per layer (default 5; median)")
     p.add_argument("--warmup", type=whole(0), default=2, help="untimed passes first (default 2)")
     p.add_argument("--threads", type=whole(1), default=None, help="torch threads while measuring (default: torch's)")
@@ -70,6 +75,9 @@ def run(args: argparse.Namespace) -> int:
     derive_for = _gpu_names(args.derive_for, gpus)
     if args.no_measure and not derive_for:
         raise SpecError("--no-measure needs --derive-for: otherwise the profile would have no times")
+    args.tp_degrees = int_list(args.tp, "--tp", 1)
+    if args.tp_degrees != (1,) and not derive_for:
+        raise SpecError(f"--tp {args.tp}: needs --derive-for (tensor-parallel times are derived, not measured)")
     _check_device(args.device)
     _check_graph_gpu(args, derive_for)
     args.model_kwargs = model_kwargs(args.model_arg, "seq_len=4096")

@@ -9,7 +9,7 @@ from hetsim.cluster import Cluster
 from hetsim.errors import SimulationError
 from hetsim.memory import StageMemory, unreserved_note
 from hetsim.plan import Plan
-from hetsim.profile import ModelProfile, precision_note
+from hetsim.profile import ModelProfile, precision_note, tp_note
 from hetsim.report import GpuStats, LinkStats, Report
 from hetsim.report_sections import RunRecords, plan_window, run_sections
 from hetsim.sim.pipeline import Stage
@@ -122,4 +122,5 @@ def _notes(profile: ModelProfile, options, cluster: Cluster, plan: Plan) -> list
         notes.append(f"compute jitter: lognormal, cv {options.jitter_cv}, seed {options.seed}")
     reserve = unreserved_note(cluster, plan.gpus)
     precision = precision_note(profile, plan.precision)
-    return notes + [n for n in (reserve, precision) if n]
+    tp = tp_note(profile, {(cluster.gpu(s.gpu).type.name, s.tp) for vw in plan.virtual_workers for s in vw.stages})
+    return notes + [n for n in (reserve, precision, tp) if n]
