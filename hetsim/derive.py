@@ -48,7 +48,7 @@ from hetsim.plan import ELEMENT_BYTES, PRECISIONS
 from hetsim.profile import LayerProfile, ModelProfile, tp_key
 
 __all__ = ["LayerCost", "Efficiency", "load_efficiencies", "pass_time_s", "derive_profile", "with_tp_times",
-           "tp_share", "calibrate", "calibration_errors", "kernel_class", "cost_from_ops", "KIND_CLASS", "OP_CLASS",
+           "tp_share", "bf16_note", "calibrate", "calibration_errors", "kernel_class", "cost_from_ops", "KIND_CLASS", "OP_CLASS",
            "ELEMENT_BYTES"]
 
 PASSES = ("fwd", "bwd")
@@ -166,6 +166,17 @@ def _roofline_s(cost: LayerCost, pass_: str, gpu: GpuType, eff: Efficiency, prec
     compute = cost.flops(pass_) / (gpu.peak_flops(precision, cls) * e_compute)
     moved = cost.bytes(pass_) * ELEMENT_BYTES[precision] / 4
     return max(compute, moved / (gpu.memory_bandwidth_Bps * eff.get("memory", kind, pass_)))
+
+
+def bf16_note(gpus: list[GpuType], precision: str) -> str | None:
+    """A note naming the GPU types that have no BF16 units, where times are derived at bf16: their matrix
+    products are derived at the FP32 peak, though frameworks emulate BF16 there, often more slowly."""
+    names = sorted(g.name for g in gpus if precision == "bf16" and g.peak_bf16_flops is None)
+    if not names:
+        return None
+    return (f"bf16: {', '.join(names)} {'has' if len(names) == 1 else 'have'} no BF16 units (before Ampere); their "
+            "times are derived at the FP32 "
+            "peak, which BF16 emulated there may not reach: measure them, or plan them at fp16")
 
 
 def derive_profile(base: ModelProfile, costs: list[LayerCost], gpus: list[GpuType],

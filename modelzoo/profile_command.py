@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from hetsim.derive import derive_profile, load_efficiencies, with_tp_times
+from hetsim.derive import bf16_note, derive_profile, load_efficiencies, with_tp_times
 from hetsim.errors import HetsimError, SpecError
 from hetsim.gpu import GpuType
 from hetsim.pipedream_graph import write_graph
@@ -43,6 +43,9 @@ def run(args: argparse.Namespace, derive_for: list[GpuType]) -> int:
               "in FP32", file=sys.stderr)
     profile = _profile(args, derive_for)
     _write(profile, args, [g.name for g in derive_for])
+    note = bf16_note(derive_for, args.precision)
+    if note:
+        print(f"hetsim profile: warning: {note}", file=sys.stderr)
     return 0
 
 

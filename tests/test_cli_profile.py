@@ -92,6 +92,15 @@ def test_hetsim_plan_notes_the_tp_degrees_a_profile_has_no_times_for(tmp_path, c
     assert "note: tensor parallelism: the profile has no times for gh200 at TP 2; " in capsys.readouterr().out
 
 
+def test_bf16_derived_for_gpus_without_bf16_units_warns_naming_them(tmp_path, capsys):
+    args = ["profile", "--model", "mlp", "--batch", "4", "--no-measure", "--precision", "bf16", "-q"]
+    assert main([*args, "--derive-for", "v100,a100", "--out", str(tmp_path / "a.yaml")]) == 0
+    err = capsys.readouterr().err
+    assert "warning: bf16: v100 has no BF16 units" in err and "a100" not in err
+    assert main([*args, "--derive-for", "a100", "--out", str(tmp_path / "b.yaml")]) == 0
+    assert "warning" not in capsys.readouterr().err
+
+
 def test_cuda_requested_without_cuda_is_a_clear_error(tmp_path, capsys):
     import torch
     if torch.cuda.is_available():

@@ -178,6 +178,12 @@ def test_derived_import_uses_no_measured_time_and_leaves_tp_all_reduces_to_the_s
     assert report.throughput["iteration_s"] == pytest.approx(measured, rel=0.2)
 
 
+def test_a_derived_bf16_import_warns_about_the_gpus_without_bf16_units(tmp_path, capsys):
+    imported(tmp_path, MIT / "plan_config_N3_D1.json", "--derived", "--precision", "bf16")
+    err = capsys.readouterr().err
+    assert "warning: bf16: rtx-2080-ti, titan-rtx have no BF16 units" in err and "rtx-3090" not in err
+
+
 def test_derived_tp_ranks_take_the_efficiency_files_host_floor_and_single_gpus_do_not(tmp_path):
     """With a 50 ms GH200 floor in another efficiency file (`--efficiency` of run.py), every TP-4 block
     pass at micro-batch 1 takes exactly that; the same blocks on one GPU and the embedding do not."""

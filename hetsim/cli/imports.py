@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -74,6 +75,12 @@ def run(args: argparse.Namespace) -> int:
     paths = write_import(args.plan, args.data, args.training_config, args.out, derived=args.derived,
                          precision=args.precision)
     print(f"wrote {', '.join(str(p) for p in paths.values())}")
+    if args.derived and args.precision == "bf16":
+        from hetsim.cluster import load_cluster
+        from hetsim.derive import bf16_note
+        note = bf16_note(list(load_cluster(paths["cluster"]).gpu_types.values()), args.precision)
+        if note:
+            print(f"hetsim import sailor: warning: {note}", file=sys.stderr)
     print(f"predict it: hetsim simulate --cluster {paths['cluster']} --profile {paths['profile']} "
           f"--plan {paths['plan']} --waves 3 --warmup-waves 1")
     return 0
