@@ -25,7 +25,7 @@ from typing import Callable, Iterator
 from hetsim.errors import PlanError
 from hetsim.planner.estimate import Estimate, PsRoutes, bsp_pipeline_estimate, vw_rate, wsp_estimate
 from hetsim.planner.hetero import VwPartition
-from hetsim.profile import ModelProfile
+from hetsim.profile import ModelProfile, tp_key
 from hetsim.topology import Topology
 
 __all__ = ["LazyEstimate", "shape_bound", "best_first"]
@@ -33,13 +33,21 @@ __all__ = ["LazyEstimate", "shape_bound", "best_first"]
 
 def shape_bound(profile: ModelProfile, types: tuple[str, ...], nm: int, cache: dict, tp: int = 1) -> float:
     """Level 0: an upper bound of the rate of a VW on GPUs of `types` (one per stage), any split;
-    with `tp`, stages of `tp` GPUs, which at best divide a layer's time by `tp`."""
+    with `tp`, stages of `tp` GPUs, each layer at its time at that degree as the partitioner takes it
+    (the profile's TYPE@tp times, else a single GPU's divided by `tp`), before any all-reduce."""
     key = (tuple(sorted(set(types))), len(types), nm, tp)
     if key not in cache:
-        fastest = [min(l.fwd_s[t] + l.bwd_s[t] for t in key[0]) / tp for l in profile.layers]
+        fastest = [min(_layer_s(l, t, tp) for t in key[0]) for l in profile.layers]
         total = sum(fastest)
         cache[key] = min(nm / total, len(types) / total, 1.0 / max(fastest)) if total > 0 else float("inf")
     return cache[key]
+
+
+def _layer_s(layer, gpu_type: str, tp: int) -> float:
+    key = tp_key(gpu_type, tp)
+    if key in layer.fwd_s:
+        return layer.fwd_s[key] + layer.bwd_s[key]
+    return (layer.fwd_s[gpu_type] + layer.bwd_s[gpu_type]) / tp
 
 
 class LazyEstimate:

@@ -63,3 +63,16 @@ def test_a_tp_degree_no_node_can_hold_is_refused_naming_the_largest_group():
     with pytest.raises(PlanError, match=r"^search: tp_values \[8\]: .* no node of cluster .* has that many "
                                         r"\(the most is 4\)$"):
         search_plans(c, wide_model(), SearchSpace(policies=("auto",), nm_values=(1,), tp_values=(8,), workers=1))
+
+
+def test_the_shape_bound_takes_a_profiles_tp_times_so_it_stays_above_what_the_partitioner_charges():
+    """Measured TP times may beat a single GPU's / t; the level-0 bound must not fall below them."""
+    from dataclasses import replace
+
+    from hetsim.planner.bounds import shape_bound
+    model = wide_model(3)
+    fast = replace(model, layers=tuple(replace(l, fwd_s={**l.fwd_s, "small@tp2": 0.004},
+                                               bwd_s={**l.bwd_s, "small@tp2": 0.008}) for l in model.layers))
+    assert shape_bound(model, ("small",), 4, {}, 2) == pytest.approx(1 / (3 * 0.06 / 2))   # one stage: 1 / total
+    assert shape_bound(fast, ("small",), 4, {}, 2) == pytest.approx(1 / (3 * 0.012))
+    assert fast.stage_times_tp("small", 0, 3, 2).fwd_s == pytest.approx(3 * 0.004)
