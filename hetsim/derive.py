@@ -48,7 +48,7 @@ from hetsim.plan import ELEMENT_BYTES, PRECISIONS
 from hetsim.profile import LayerProfile, ModelProfile, tp_key
 
 __all__ = ["LayerCost", "Efficiency", "load_efficiencies", "pass_time_s", "derive_profile", "with_tp_times",
-           "tp_share", "bf16_note", "calibrate", "calibration_errors", "kernel_class", "cost_from_ops", "KIND_CLASS", "OP_CLASS",
+           "tp_share", "floorless", "bf16_note", "calibrate", "calibration_errors", "kernel_class", "cost_from_ops", "KIND_CLASS", "OP_CLASS",
            "ELEMENT_BYTES"]
 
 PASSES = ("fwd", "bwd")
@@ -203,8 +203,12 @@ def with_tp_times(profile: ModelProfile, costs: list[LayerCost], gpus: list[GpuT
                   effs: dict[str, Efficiency], tp_degrees, *, precision: str = "fp32") -> ModelProfile:
     """`profile` with times keyed TYPE@tpT added for each tensor-parallel degree T > 1 in `tp_degrees`:
     one rank's share of each layer (`tp_share`) derived as `derive_profile` does, so each pass takes at
-    least the type's TP floor. The all-reduces are left to the simulator (tp_times_include_allreduce)."""
+    least the type's TP floor where it has one (`floorless` names those without). The all-reduces are
+    left to the simulator (tp_times_include_allreduce)."""
     degrees = sorted(set(tp_degrees) - {1})
+    if degrees and profile.tp_times_include_allreduce and any("@" in k for k in profile.time_keys):
+        raise SpecError(f"derive: profile {profile.model} has measured TP times, all-reduces inside; derived ones "
+                        "beside them would leave the simulator to add theirs")
     out = profile
     for t in degrees:
         shard = derive_profile(profile, [tp_share(c, t) for c in costs], gpus, effs, precision=precision, tp=t)
@@ -214,8 +218,15 @@ def with_tp_times(profile: ModelProfile, costs: list[LayerCost], gpus: list[GpuT
         out = replace(out, layers=tuple(layers))
     if not degrees:
         return profile
-    note = f"; times at TP {', '.join(map(str, degrees))} are one rank's share, at least the TP host floor"
+    floored = sorted(set(g.name for g in gpus) - set(floorless(gpus, effs)))
+    note = (f"; times at TP {', '.join(map(str, degrees))} are one rank's share"
+            + (f", a block pass at least the TP host floor of {', '.join(floored)}" if floored else ""))
     return replace(out, tp_times_include_allreduce=False, source=out.source + note)
+
+
+def floorless(gpus: list[GpuType], effs: dict[str, Efficiency]) -> list[str]:
+    """The types among `gpus` with no TP host floor for a block pass (none was fitted: no measurement)."""
+    return sorted(g.name for g in gpus if not effs[g.name].find("floor_s", "Block", "fwd", generic=False))
 
 
 def tp_share(cost: LayerCost, t: int) -> LayerCost:

@@ -9,6 +9,7 @@ the libraries fall back on them: TF32 GEMMs as FP32 on CUDA cores, BF16 GEMMs wi
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 from hetsim.data import data_root
@@ -17,7 +18,8 @@ from hetsim.fields import Fields
 from hetsim.plan import PRECISIONS
 from hetsim.units import GIB, in_units
 
-__all__ = ["GpuType", "load_gpu_type", "load_gpu_types", "gpu_type_document", "KERNEL_CLASSES", "MATMUL_CLASSES"]
+__all__ = ["GpuType", "load_gpu_type", "load_gpu_types", "shipped_type_names", "gpu_type_document", "KERNEL_CLASSES",
+           "MATMUL_CLASSES"]
 
 # What a kernel does, as far as the hardware unit that runs it goes: products with weights (gemm),
 # products of activations with each other or a fused attention kernel (attention): both can run on
@@ -152,3 +154,9 @@ def load_gpu_types(folder: str | Path | None = None) -> dict[str, GpuType]:
             raise SpecError(f"{path.name}: name: {gpu.name!r} is also defined by another file")
         types[gpu.name] = gpu
     return types
+
+
+@lru_cache(maxsize=1)
+def shipped_type_names() -> frozenset[str]:
+    """Names of the shipped GPU types (gpu_profiles/gpus): the ones `hetsim profile` can derive times for."""
+    return frozenset(load_gpu_types())

@@ -245,9 +245,16 @@ class ModelProfile:
         return out
 
     def scaled_to_batch(self, batch_size: int) -> "ModelProfile":
-        """Times and activations scaled linearly to another batch size (an approximation)."""
+        """Times and activations scaled linearly to another batch size (an approximation). Refused for a
+        profile with times at tensor-parallel degrees: a TP rank's pass has a host floor and all-reduces
+        that do not scale with the batch."""
         if batch_size == self.batch_size:
             return self
+        tp_keys = sorted(k for k in self.time_keys if "@" in k)
+        if tp_keys:
+            raise PlanError(f"profile {self.model}: times at tensor-parallel degrees ({', '.join(tp_keys)}) do not "
+                            f"scale from minibatch {self.batch_size} to {batch_size} (a TP rank's host floor and "
+                            f"all-reduces do not); derive or measure the profile at minibatch {batch_size}")
         r = batch_size / self.batch_size
         scale = lambda b: int(round(b * r))
         layers = tuple(replace(l, output_bytes=scale(l.output_bytes),
@@ -411,10 +418,14 @@ def precision_note(profile: ModelProfile, precision: str) -> str | None:
 def tp_note(profile: ModelProfile, groups) -> str | None:
     """A note naming the (GPU type, tensor-parallel degree) pairs of `groups` that `profile` has no times
     for, so that their stages take the type's single-GPU times divided by the degree: no host floor and
-    no whole norms, which rates a small micro-batch's high degrees too fast; None where none is missing."""
+    no whole norms, which rates a small micro-batch's high degrees too fast; None where none is missing.
+    Only shipped GPU types, which `hetsim profile --tp` can derive: a measured host (the CPU validation's
+    `cpu`) is modelled so on purpose."""
+    from hetsim.gpu import shipped_type_names
     degrees: dict[str, set[int]] = {}
     for g, t in groups:
-        if t > 1 and g in profile.time_keys and tp_key(g, t) not in profile.time_keys:
+        if (t > 1 and g in profile.time_keys and tp_key(g, t) not in profile.time_keys
+                and g in shipped_type_names()):
             degrees.setdefault(g, set()).add(t)
     if not degrees:
         return None

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from hetsim.derive import bf16_note, derive_profile, load_efficiencies, with_tp_times
+from hetsim.derive import bf16_note, derive_profile, floorless, load_efficiencies, with_tp_times
 from hetsim.errors import HetsimError, SpecError
 from hetsim.gpu import GpuType
 from hetsim.pipedream_graph import write_graph
@@ -43,8 +43,7 @@ def run(args: argparse.Namespace, derive_for: list[GpuType]) -> int:
               "in FP32", file=sys.stderr)
     profile = _profile(args, derive_for)
     _write(profile, args, [g.name for g in derive_for])
-    note = bf16_note(derive_for, args.precision)
-    if note:
+    for note in _notes(args, derive_for):
         print(f"hetsim profile: warning: {note}", file=sys.stderr)
     return 0
 
@@ -60,6 +59,7 @@ def _profile(args, derive_for: list[GpuType]):
             f"--model-arg {k}={v}" for k, v in getattr(args, "model_kwargs", {}).items()] + [f"--batch {args.batch}"]
         raise HetsimError(f"--model {args.model}: cannot be built or run with {', '.join(given)} "
                           f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
+    _check_tp(args, skeleton)
     base = skeleton
     if not args.no_measure:
         measured = measure_profile(args.model, args.batch, device=args.device, device_type=_device_type(args),
@@ -68,12 +68,22 @@ def _profile(args, derive_for: list[GpuType]):
         base = with_counts(measured, skeleton)
     if not derive_for:
         return base
-    unsplit = [t for t in getattr(args, "tp_degrees", (1,)) if not tp_divides(base, t)]
-    if unsplit:
-        raise SpecError(f"--tp {args.tp}: {args.model}'s layers split into tensor-parallel degrees dividing "
-                        f"{base.tp_divisor} (its attention heads), not {', '.join(map(str, unsplit))}")
     return derive_times(args.model, args.batch, base, costs, derive_for, precision=args.precision,
                         attention=args.attention, tp_degrees=getattr(args, "tp_degrees", (1,)), **kwargs)
+
+
+def _check_tp(args, skeleton) -> None:
+    """TP degrees the model's layers split into (Megatron-style: transformer blocks), before measuring."""
+    degrees = [t for t in getattr(args, "tp_degrees", (1,)) if t > 1]
+    if not degrees:
+        return
+    if skeleton.tp_divisor is None:
+        raise SpecError(f"--tp {args.tp}: {args.model} has no tensor-parallel split (hetsim splits transformer "
+                        "blocks' heads and MLP, Megatron-style)")
+    unsplit = [t for t in degrees if not tp_divides(skeleton, t)]
+    if unsplit:
+        raise SpecError(f"--tp {args.tp}: {args.model}'s layers split into tensor-parallel degrees dividing "
+                        f"{skeleton.tp_divisor} (its attention heads), not {', '.join(map(str, unsplit))}")
 
 
 def derive_times(model: str, batch: int, base, costs: list, gpus: list[GpuType], *, precision: str,
@@ -86,6 +96,17 @@ def derive_times(model: str, batch: int, base, costs: list, gpus: list[GpuType],
     effs = load_efficiencies({g.name: g for g in gpus})
     derived = derive_profile(base, costs, gpus, effs, precision=precision, note=note)
     return with_tp_times(derived, costs, gpus, effs, tp_degrees, precision=precision)
+
+
+def _notes(args, derive_for: list[GpuType]) -> list[str]:
+    notes = [bf16_note(derive_for, args.precision)]
+    if any(t > 1 for t in getattr(args, "tp_degrees", (1,))):
+        missing = floorless(derive_for, load_efficiencies({g.name: g for g in derive_for}))
+        if missing:
+            notes.append(f"TP host floor: {', '.join(missing)} {'has' if len(missing) == 1 else 'have'} none "
+                         "fitted (no tensor-parallel measurement), so a rank's small share there is derived without "
+                         "one and may be rated fast (gpu_profiles/efficiency.yaml `gpus:`, docs/profiles.md)")
+    return [n for n in notes if n]
 
 
 def _device_type(args) -> str:

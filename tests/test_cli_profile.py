@@ -42,6 +42,7 @@ def test_no_measure_derives_every_gpu_type_from_counts_alone(tmp_path):
     (["--model", "gpt2-small", "--model-arg", "seqlen=64", "--no-measure", "--derive-for", "h100"],
      "--model gpt2-small: cannot be built or run with --model-arg seqlen=64, --batch 32"),
     (["--model", "mlp", "--tp", "2"], "--tp 2: needs --derive-for"),
+    (["--model", "mlp", "--tp", "2", "--no-measure", "--derive-for", "h100"], "--tp 2: mlp has no tensor-parallel split"),
     (["--model", "mlp", "--tp", "2,x", "--no-measure", "--derive-for", "h100"], "--tp '2,x': expected comma-separated"),
     (["--model", "gpt2-small", "--model-arg", "seq_len=64", "--tp", "5", "--no-measure", "--derive-for", "h100"],
      "--tp 5: gpt2-small's layers split into tensor-parallel degrees dividing 12 (its attention heads), not 5"),
@@ -76,6 +77,16 @@ def test_tp_times_derived_per_rank_slow_a_small_micro_batch_as_the_host_floor_sa
     one, four = p.stage_times("h100", lo, hi), p.stage_times_tp("h100", lo, hi, 4)
     assert one[0] / 4 < four.fwd_s < one[0] and one[1] / 4 < four.bwd_s < one[1]
     assert not four.measured_tp                  # the simulator adds the all-reduces on the node's links
+
+
+def test_tp_times_cannot_go_into_a_graph_txt_and_types_without_a_floor_are_named(tmp_path, capsys):
+    args = ["profile", "--model", "opt-350m", "--model-arg", "n_layer=2", "--batch", "1", "--no-measure", "--tp", "2"]
+    assert main([*args, "--derive-for", "gh200", "--out", str(tmp_path / "g.txt")]) == 2
+    assert "--tp 2: a graph.txt --out holds one type's single-GPU times" in capsys.readouterr().err
+    assert main([*args, "--derive-for", "gh200,h100", "--out", str(tmp_path / "g.yaml"), "-q"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: TP host floor: h100 has none fitted" in err and "gh200" not in err
+    assert "a block pass at least the TP host floor of gh200" in load_profile(tmp_path / "g.yaml").source
 
 
 def test_hetsim_plan_notes_the_tp_degrees_a_profile_has_no_times_for(tmp_path, capsys):

@@ -68,6 +68,10 @@ def test_tp_times_are_one_ranks_share_with_norms_whole_and_at_least_the_floor():
     assert layer.fwd_s[gpu.name] == one.layers[0].fwd_s[gpu.name]
     assert not out.tp_times_include_allreduce and "TP 4, 16" in out.source
     assert with_tp_times(one, [block], [gpu], {gpu.name: eff}, (1,)) is one      # nothing to add
+    measured = replace(one, layers=(replace(one.layers[0], fwd_s={**layer.fwd_s}, bwd_s={**layer.bwd_s}),),
+                       tp_times_include_allreduce=True)
+    with pytest.raises(SpecError, match="has measured TP times, all-reduces inside"):
+        with_tp_times(measured, [block], [gpu], {gpu.name: eff}, (2,))
 
 
 def test_efficiency_lookup_goes_from_specific_to_general_then_to_the_base():

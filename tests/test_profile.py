@@ -176,11 +176,34 @@ def test_a_profile_taken_at_another_precision_than_the_plans_is_noted_and_its_pr
         profile_from_dict({**bf16.to_dict(), "precision": "fp8"}, "p")
 
 
-def test_tp_note_names_the_types_and_degrees_the_profile_would_divide_single_gpu_times_for():
-    layer = LayerProfile(name="b", kind="Block", fwd_s={"a": 1.0, "b": 1.0, "a@tp4": 0.3}, bwd_s={"a": 2.0, "b": 2.0,
-                         "a@tp4": 0.6}, param_bytes=0, output_bytes=0)
+def test_tp_note_names_the_shipped_types_and_degrees_the_profile_would_divide_single_gpu_times_for():
+    times = {"a100": 1.0, "v100": 1.0, "cpu": 1.0, "a100@tp4": 0.3}
+    layer = LayerProfile(name="b", kind="Block", fwd_s=times, bwd_s=times, param_bytes=0, output_bytes=0)
     p = ModelProfile(model="m", batch_size=1, layers=(layer,), edges=(), input_bytes=0)
-    assert tp_note(p, {("a", 1), ("a", 4), ("b", 1)}) is None
-    note = tp_note(p, {("a", 2), ("a", 4), ("b", 2), ("b", 4), ("c", 2)})     # c: no times at all, another error
-    assert note.startswith("tensor parallelism: the profile has no times for a at TP 2; b at TP 2, 4; ")
-    assert "hetsim profile --derive-for TYPE --tp T" in note
+    assert tp_note(p, {("a100", 1), ("a100", 4), ("v100", 1)}) is None
+    # h100: no times at all (another error); cpu: a measured host, whose TP the simulator divides on purpose
+    note = tp_note(p, {("a100", 2), ("a100", 4), ("v100", 2), ("v100", 4), ("h100", 2), ("cpu", 2)})
+    assert note.startswith("tensor parallelism: the profile has no times for a100 at TP 2; v100 at TP 2, 4; ")
+    assert "hetsim profile --derive-for TYPE --tp T" in note and "cpu" not in note
+
+
+def test_a_profile_with_tp_times_is_not_rescaled_to_another_batch():
+    times = {"a100": 1.0, "a100@tp4": 0.3}
+    layer = LayerProfile(name="b", kind="Block", fwd_s=times, bwd_s=times, param_bytes=0, output_bytes=0)
+    p = ModelProfile(model="m", batch_size=4, layers=(layer,), edges=(), input_bytes=0)
+    assert p.scaled_to_batch(4) is p
+    with pytest.raises(PlanError, match=r"times at tensor-parallel degrees \(a100@tp4\) do not scale from minibatch 4 "
+                                        r"to 1 .*derive or measure the profile at minibatch 1"):
+        p.scaled_to_batch(1)
+
+
+def test_simulating_bf16_on_gpus_without_bf16_units_is_noted():
+    from dataclasses import replace
+
+    import hetsim
+    plan = hetsim.load_plan("hetpipe_vgg19_ed")
+    notes = hetsim.simulate(plan=replace(plan, precision="bf16"), waves=3, warmup_waves=1, trace=False).notes
+    bf16 = [n for n in notes if n.startswith("bf16: ")]
+    assert bf16 and "quadro-p4000, rtx-2060, titan-rtx, titan-v have no BF16 units" in bf16[0]
+    assert not any(n.startswith("bf16: ") for n in hetsim.simulate(plan=plan, waves=3, warmup_waves=1,
+                                                                      trace=False).notes)

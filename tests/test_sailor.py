@@ -331,3 +331,16 @@ def test_run_py_refuses_whole_run_settings_before_any_plan(tmp_path, args, messa
     done = _run_py(*(["--plans", str(MIT)] if "--plans" not in args else []), *args)
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert message in done.stderr and not list(tmp_path.iterdir())
+
+
+def test_simulating_a_tp_plan_whose_profile_lacks_times_at_its_degree_is_noted(tmp_path):
+    from dataclasses import replace
+    out = imported(tmp_path, GH / "plan_config_N4_D1.json", "--derived")      # times at TP 1 and 4
+    profile = hetsim.load_profile(out / "profile.yaml")
+    run = lambda p: hetsim.simulate(out / "cluster.yaml", p, out / "plan.json", waves=2, warmup_waves=1,
+                                    trace=False).notes
+    assert not any(n.startswith("tensor parallelism") for n in run(profile))
+    single = replace(profile, layers=tuple(replace(l, fwd_s={k: v for k, v in l.fwd_s.items() if "@" not in k},
+                                                   bwd_s={k: v for k, v in l.bwd_s.items() if "@" not in k})
+                                           for l in profile.layers))
+    assert any(n.startswith("tensor parallelism: the profile has no times for gh200 at TP 4") for n in run(single))

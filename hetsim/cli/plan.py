@@ -7,6 +7,7 @@ import time
 
 from hetsim.cli.arguments import check_output_file, int_list, real, whole
 from hetsim.cli.progress import add_quiet, progress_factory
+from hetsim.derive import bf16_note
 from hetsim.errors import HetsimError
 from hetsim.memory import GIB, unreserved_note
 from hetsim.report_sections import staleness_bounds
@@ -166,8 +167,11 @@ def run(args: argparse.Namespace) -> int:
           f"({result.pruned} below the listed ones by bound, not built), {result.simulated} simulated, "
           f"{wall:.1f} s{_what_if_note(args)}\n")
     print(format_ranking(result, cluster, profile.batch_size, args.show))
-    tp = tp_note(profile, {(name, t) for name in cluster.gpu_types for t in space.tp_values})
-    for note in (unreserved_note(cluster), precision_note(profile, space.precision), tp):
+    groups = {(cluster.gpu(s.gpu).type.name, s.tp) for c in result.candidates if c.plan is not None
+              for vw in c.plan.virtual_workers for s in vw.stages}
+    skipped = "; ".join(result.skipped) or None
+    for note in (skipped, unreserved_note(cluster), precision_note(profile, space.precision),
+                 tp_note(profile, groups), bf16_note(list(cluster.gpu_types.values()), space.precision)):
         if note:
             print(f"\nnote: {note}")
     if accuracy:

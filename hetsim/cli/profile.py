@@ -53,7 +53,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "memory, as Megatron-LM's core attention); default %(default)s")
     p.add_argument("--tp", default="1", metavar="T,...",
                    help="tensor-parallel degrees to derive times for besides single GPUs: one rank's share of "
-                   "each layer, at least the GPU type's TP host floor (default: none; needs --derive-for)")
+                   "each layer, at least the GPU type's TP host floor where it has one (default 1: single GPUs "
+                   "only; needs --derive-for)")
     p.add_argument("--repeats", type=whole(1), default=5, help="timed passes per layer (default 5; median)")
     p.add_argument("--warmup", type=whole(0), default=2, help="untimed passes first (default 2)")
     p.add_argument("--threads", type=whole(1), default=None, help="torch threads while measuring (default: torch's)")
@@ -78,6 +79,8 @@ def run(args: argparse.Namespace) -> int:
     args.tp_degrees = int_list(args.tp, "--tp", 1)
     if args.tp_degrees != (1,) and not derive_for:
         raise SpecError(f"--tp {args.tp}: needs --derive-for (tensor-parallel times are derived, not measured)")
+    if args.tp_degrees != (1,) and args.out.endswith(".txt"):
+        raise SpecError(f"--tp {args.tp}: a graph.txt --out holds one type's single-GPU times; write .yaml or .json")
     _check_device(args.device)
     _check_graph_gpu(args, derive_for)
     args.model_kwargs = model_kwargs(args.model_arg, "seq_len=4096")

@@ -156,6 +156,7 @@ class SearchResult:
     candidates: tuple[Candidate, ...]      # ranked: simulated, then estimated only, then infeasible
     simulated: int
     pruned: int = 0                        # estimated below every listed one: never built nor checked
+    skipped: tuple[str, ...] = ()          # search dimensions that built no candidate, and why
 
     @property
     def best(self) -> Candidate:
@@ -178,7 +179,7 @@ def search_plans(cluster: Cluster, profile: ModelProfile, space: SearchSpace = S
     if missing:
         raise PlanError(f"profile {profile.model}: no layer times for GPU type(s) {', '.join(missing)} of "
                         f"cluster {cluster.name} (it has: {', '.join(sorted(profile.gpu_types))})")
-    pending = _enumerate(cluster, profile, space, progress)
+    pending, skipped = _enumerate(cluster, profile, space, progress)
     realised = _Realised(cluster, profile, pending, space)
     if space.exhaustive:
         realised.take(len(pending))
@@ -187,11 +188,11 @@ def search_plans(cluster: Cluster, profile: ModelProfile, space: SearchSpace = S
         simulated = _bounded(cluster, profile, realised, space, progress)
         realised.take(len(simulated) + space.keep)
     if not realised.feasible:
-        raise PlanError(_nothing_fits(profile, realised.failed + realised.unfit))
+        raise PlanError(_nothing_fits(profile, realised.failed + realised.unfit, skipped))
     simulated.sort(key=lambda c: -c.simulated_mb_s)       # stable: equal results keep estimate order
     rest = [c for c in realised.feasible if c.simulated_mb_s is None]
     return SearchResult(candidates=tuple(simulated + rest + realised.failed + realised.unfit),
-                        simulated=len(simulated), pruned=len(pending) - realised.seen)
+                        simulated=len(simulated), pruned=len(pending) - realised.seen, skipped=skipped)
 
 
 def _bar(progress: Progress | None, desc: str, total: int):
@@ -271,17 +272,27 @@ def _bounded(cluster, profile, realised: _Realised, space: SearchSpace, progress
     return [done[i] for i in sorted(done)]
 
 
-def _enumerate(cluster, profile, space, progress) -> list[_Pending]:
-    """Every candidate with a bound of its estimate; partitions are made when the bound is reached."""
+def _enumerate(cluster, profile, space, progress) -> tuple[list[_Pending], tuple[str, ...]]:
+    """Every candidate with a bound of its estimate (partitions are made when the bound is reached),
+    and the TP degrees that built none or fewer than their policies allow, with why."""
     unsplit = [t for t in space.tp_values if not tp_divides(profile, t)]
     if unsplit:
         raise PlanError(f"search: tp_values {list(space.tp_values)}: {profile.model}'s attention heads split only "
                         f"into degrees dividing {profile.tp_divisor}, not {', '.join(map(str, unsplit))}")
-    views = []
+    views, skipped = [], []
     for tp in space.tp_values:
         view, members = (cluster, {}) if tp == 1 else tp_view(cluster, tp)
-        if view.nodes:
-            views.append((tp, view, members, _allocations(view, space, tp)))
+        if not view.nodes:
+            skipped.append(f"TP {tp}: no node has {tp} GPUs of one type")
+            continue
+        allocations, dropped = _allocations(view, space, tp)
+        if dropped:
+            skipped.append(f"TP {tp}: {dropped} allocation(s) of several virtual workers left out: tensor-parallel "
+                           f"stages run under --sync bsp, or as one virtual worker")
+        if not allocations and not dropped:
+            skipped.append(f"TP {tp}: policies {','.join(space.policies)} build no allocation of it (horovod "
+                           "replicates the whole model on single GPUs)")
+        views.append((tp, view, members, allocations))
     if not views:
         most = max(Counter(g.type.name for g in node.gpus).most_common(1)[0][1] for node in cluster.nodes)
         raise PlanError(f"search: tp_values {list(space.tp_values)}: a tensor-parallel group is GPUs of one type in "
@@ -305,21 +316,22 @@ def _enumerate(cluster, profile, space, progress) -> list[_Pending]:
     if "horovod" in space.policies:
         memo = memos.get(1) or PartitionMemo(cluster, profile, Topology(cluster), memory=space.memory)
         pending += _horovod(memo, memo.topology)
-    return pending
+    return pending, tuple(skipped)
 
 
-def _allocations(cluster, space, tp: int) -> list[Allocation]:
+def _allocations(cluster, space, tp: int) -> tuple[list[Allocation], int]:
     """The policies' allocations, each once; with TP groups and a sync that cannot run them, only
-    the single-VW ones."""
+    the single-VW ones, and how many others were left out."""
     allocations: list[Allocation] = []
     seen: set = set()
     for policy in space.policies:
         if policy != "horovod":
             for a in allocate(cluster, policy):
-                if a.groups not in seen and (tp == 1 or space.sync == "bsp" or len(a.groups) == 1):
+                if a.groups not in seen:
                     seen.add(a.groups)
                     allocations.append(a)
-    return allocations
+    kept = [a for a in allocations if tp == 1 or space.sync == "bsp" or len(a.groups) == 1]
+    return kept, len(allocations) - len(kept)
 
 
 def _candidates(memo: PartitionMemo, topology, routes, alloc, nm, space, bounds: dict) -> list[_Pending]:
@@ -405,8 +417,10 @@ def _simulate(job) -> float:
     return len(report.virtual_workers) * min(v.minibatches_per_s for v in report.virtual_workers)
 
 
-def _nothing_fits(profile: ModelProfile, candidates: list[Candidate]) -> str:
+def _nothing_fits(profile: ModelProfile, candidates: list[Candidate], skipped: tuple[str, ...] = ()) -> str:
     if not candidates:
-        return f"{profile.model} (minibatch {profile.batch_size}): the policies built no candidate plan on this cluster"
+        why = f" ({'; '.join(skipped)})" if skipped else ""
+        return (f"{profile.model} (minibatch {profile.batch_size}): the policies built no candidate plan on this "
+                f"cluster{why}")
     return (f"{profile.model} (minibatch {profile.batch_size}) does not fit: none of {len(candidates)} "
             f"candidate plans can hold it; e.g. {candidates[0].policy}: {candidates[0].reason}")

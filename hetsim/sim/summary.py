@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from hetsim.cluster import Cluster
+from hetsim.derive import bf16_note
 from hetsim.errors import SimulationError
 from hetsim.memory import StageMemory, unreserved_note
 from hetsim.plan import Plan
@@ -122,5 +123,8 @@ def _notes(profile: ModelProfile, options, cluster: Cluster, plan: Plan) -> list
         notes.append(f"compute jitter: lognormal, cv {options.jitter_cv}, seed {options.seed}")
     reserve = unreserved_note(cluster, plan.gpus)
     precision = precision_note(profile, plan.precision)
+    types = {cluster.gpu(g).type.name: cluster.gpu(g).type for vw in plan.virtual_workers for s in vw.stages
+             for g in s.members}
     tp = tp_note(profile, {(cluster.gpu(s.gpu).type.name, s.tp) for vw in plan.virtual_workers for s in vw.stages})
-    return notes + [n for n in (reserve, precision, tp) if n]
+    bf16 = bf16_note(list(types.values()), plan.precision)
+    return notes + [n for n in (reserve, precision, tp, bf16) if n]

@@ -76,3 +76,16 @@ def test_the_shape_bound_takes_a_profiles_tp_times_so_it_stays_above_what_the_pa
     assert shape_bound(model, ("small",), 4, {}, 2) == pytest.approx(1 / (3 * 0.06 / 2))   # one stage: 1 / total
     assert shape_bound(fast, ("small",), 4, {}, 2) == pytest.approx(1 / (3 * 0.012))
     assert fast.stage_times_tp("small", 0, 3, 2).fwd_s == pytest.approx(3 * 0.004)
+
+
+def test_tp_degrees_that_build_nothing_or_fewer_plans_say_why():
+    c, model = cluster([2, 2], types=[SMALL, SMALL], intra_Bps=10e9, net_Bps=1.25e9), wide_model(2)
+    bsp = search_plans(c, model, SearchSpace(policies=("ED",), nm_values=(2,), tp_values=(1, 2, 8), sync="bsp",
+                                             schedule="1f1b-flush", waves=4, workers=1))
+    assert bsp.skipped == ("TP 8: no node has 8 GPUs of one type",)
+    wsp = search_plans(c, model, SearchSpace(policies=("ED", "NP"), nm_values=(2,), tp_values=(1, 2), waves=4,
+                                             workers=1))
+    assert len(wsp.skipped) == 1 and wsp.skipped[0].startswith("TP 2: ") and "--sync bsp" in wsp.skipped[0]
+    four = cluster([4, 4], types=[SMALL, SMALL], intra_Bps=10e9, net_Bps=1.25e9)      # ED: two VWs of TP pairs
+    with pytest.raises(PlanError, match=r"built no candidate plan on this cluster \(TP 2: .* under --sync bsp"):
+        search_plans(four, model, SearchSpace(policies=("ED",), nm_values=(2,), tp_values=(2,), waves=4, workers=1))
