@@ -257,14 +257,19 @@ def stage_seconds(compute: tuple[float, ...] | list[float], transfer: tuple[floa
 
 
 def _no_fit(profile, gpus, nm, schedule, memory: MemorySettings, tp: int = 1) -> str:
-    whole = stage_memory(profile, 0, profile.n_layers, in_flight=nm,
+    # The whole model as one stage of this schedule holds what such a stage would (1F1B: one minibatch).
+    held = in_flight(schedule, 1, 0, nm)
+    whole = stage_memory(profile, 0, profile.n_layers, in_flight=held,
                          asynchronous=schedule in ASYNC_SCHEDULES, settings=memory)
     have = tp * sum(g.type.memory_bytes for g in gpus)
     group = f" x TP {tp}" if tp > 1 else ""
     names = ", ".join(f"{g.id}{group} ({g.type.memory_gib:.1f} GiB)" for g in gpus)
+    hints = (["lower Nm"] if nm > 1 else []) + ["add GPUs", "raise tensor parallelism (--tp)"] + (
+        [] if memory.recompute else ["recompute activations (--recompute)"])
     return (f"{profile.model} (minibatch {profile.batch_size}, Nm={nm}) does not fit {names}: every split "
-            f"leaves a stage over its GPU's memory (on one GPU it would need {whole.total_bytes / GIB:.2f} "
-            f"GiB, these GPUs have {have / GIB:.1f} GiB together); lower Nm or add GPUs")
+            f"leaves a stage over its GPU's memory (on one GPU, holding {held} minibatch(es), it would need "
+            f"{whole.total_bytes / GIB:.2f} GiB; these GPUs have {have / GIB:.1f} GiB together); "
+            f"{', '.join(hints[:-1])} or {hints[-1]}")
 
 
 def gpu_orders(gpus: list[GpuSlot], max_orders: int = 720) -> list[list[GpuSlot]] | None:

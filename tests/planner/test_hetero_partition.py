@@ -162,8 +162,22 @@ def test_whimpy_gpus_hold_together_what_none_holds_alone():
         partition_vw(p, [c.gpus[0]], topology, nm=2)
     part = partition_vw(p, list(c.gpus), topology, nm=2)
     assert part.boundaries == (0, 2, 4, 6, 8)
-    with pytest.raises(PlanError, match=r"does not fit .*lower Nm or add GPUs"):
+    with pytest.raises(PlanError, match=r"does not fit .*holding 1 minibatch\(es\).*; lower Nm, add GPUs, raise "
+                                        r"tensor parallelism \(--tp\) or recompute activations \(--recompute\)$"):
         partition_vw(p, list(c.gpus)[:2], topology, nm=2)
+
+
+def test_a_plan_that_does_not_fit_counts_one_gpu_as_its_schedule_would_hold_it_and_hints_only_what_helps():
+    p = two_type_profile([1] * 8, [2] * 8, [100 * 2**20] * 8, [2**20] * 8)
+    c = cluster([4], types=[FAST])
+    for schedule, held in (("1f1b-flush", 1), ("gpipe", 4)):          # one stage of 1F1B holds one; GPipe Nm
+        with pytest.raises(PlanError) as flush:
+            partition_vw(p, list(c.gpus)[:2], Topology(c), nm=4, schedule=schedule)
+        assert f"holding {held} minibatch(es)" in str(flush.value)
+    with pytest.raises(PlanError) as one:
+        partition_vw(p, [c.gpus[0]], Topology(c), nm=1)
+    assert "lower Nm" not in str(one.value) and str(one.value).endswith("add GPUs, raise tensor parallelism (--tp) "
+                                                                        "or recompute activations (--recompute)")
 
 
 @settings(max_examples=60, deadline=None)
