@@ -277,7 +277,8 @@ def _enumerate(cluster, profile, space, progress) -> tuple[list[_Pending], tuple
     and the TP degrees that built none or fewer than their policies allow, with why."""
     unsplit = [t for t in space.tp_values if not tp_divides(profile, t)]
     if unsplit:
-        raise PlanError(f"search: tp_values {list(space.tp_values)}: {profile.model}'s attention heads split only "
+        raise PlanError(f"search: tensor-parallel degrees (--tp, tp_values) {','.join(map(str, space.tp_values))}: "
+                        f"{profile.model}'s attention heads split only "
                         f"into degrees dividing {profile.tp_divisor}, not {', '.join(map(str, unsplit))}")
     views, skipped = [], []
     for tp in space.tp_values:
@@ -295,7 +296,8 @@ def _enumerate(cluster, profile, space, progress) -> tuple[list[_Pending], tuple
         views.append((tp, view, members, allocations))
     if not views:
         most = max(Counter(g.type.name for g in node.gpus).most_common(1)[0][1] for node in cluster.nodes)
-        raise PlanError(f"search: tp_values {list(space.tp_values)}: a tensor-parallel group is GPUs of one type in "
+        raise PlanError(f"search: tensor-parallel degrees (--tp, tp_values) {','.join(map(str, space.tp_values))}: "
+                        f"a tensor-parallel group is GPUs of one type in "
                         f"one node, and no node of cluster {cluster.name} has that many (the most is {most})")
     pending: list[_Pending] = []
     bounds: dict = {}

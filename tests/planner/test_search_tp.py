@@ -60,7 +60,7 @@ def test_a_tp_degree_below_one_is_refused_naming_the_field():
 
 def test_a_tp_degree_no_node_can_hold_is_refused_naming_the_largest_group():
     c = cluster([4, 3], types=[SMALL, SMALL], intra_Bps=10e9, net_Bps=1.25e9)
-    with pytest.raises(PlanError, match=r"^search: tp_values \[8\]: .* no node of cluster .* has that many "
+    with pytest.raises(PlanError, match=r"^search: tensor-parallel degrees \(--tp, tp_values\) 8: .* no node of cluster .* has that many "
                                         r"\(the most is 4\)$"):
         search_plans(c, wide_model(), SearchSpace(policies=("auto",), nm_values=(1,), tp_values=(8,), workers=1))
 
