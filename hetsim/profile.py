@@ -24,7 +24,7 @@ from hetsim.fields import Fields
 from hetsim.plan import PRECISIONS
 
 __all__ = ["LayerProfile", "ModelProfile", "StageTimes", "profile_from_dict", "tp_key", "tp_divides", "precision_note",
-           "tp_note"]
+           "tp_note", "tp_split_note"]
 
 
 def tp_key(gpu_type: str, tp: int) -> str:
@@ -419,9 +419,11 @@ def tp_note(profile: ModelProfile, groups) -> str | None:
     """A note naming the (GPU type, tensor-parallel degree) pairs of `groups` that `profile` has no times
     for, so that their stages take the type's single-GPU times divided by the degree: no host floor and
     no whole norms, which rates a small micro-batch's high degrees too fast; None where none is missing.
-    Only shipped GPU types, which `hetsim profile --tp` can derive: a measured host (the CPU validation's
-    `cpu`) is modelled so on purpose."""
+    Only shipped GPU types of a transformer profile (one with a `tp_divisor`), which `hetsim profile --tp`
+    can derive: a measured host (the CPU validation's `cpu`) is modelled so on purpose."""
     from hetsim.gpu import shipped_type_names
+    if profile.tp_divisor is None:
+        return None                     # no split to derive times for: tp_split_note says so
     degrees: dict[str, set[int]] = {}
     for g, t in groups:
         if (t > 1 and g in profile.time_keys and tp_key(g, t) not in profile.time_keys
@@ -436,3 +438,14 @@ def tp_note(profile: ModelProfile, groups) -> str | None:
     return (f"tensor parallelism: the profile has no times for {named}; those stages take single-GPU times "
             "divided by the degree, without the host floor that slows a rank's small share (derive them with "
             "`hetsim profile --derive-for TYPE --tp T`)")
+
+
+def tp_split_note(profile: ModelProfile, degrees) -> str | None:
+    """A note where tensor-parallel degrees above 1 meet a profile that records no tensor-parallel split
+    (no `tp_divisor`: not a transformer counted by hetsim, e.g. a CNN): its layers are divided by the
+    degree with only the all-reduces it counts, which makes a convolution's split free; None otherwise."""
+    if profile.tp_divisor is not None or not any(t > 1 for t in degrees):
+        return None
+    return (f"tensor parallelism: profile {profile.model} records no tensor-parallel split (tp_divisor), so a TP "
+            "stage divides its layers' times by the degree and adds only the all-reduces the profile counts; "
+            "hetsim's split (and its executor's) is Megatron's, of transformer blocks")

@@ -5,7 +5,7 @@ import pytest
 from conftest import PIPEDREAM_PROFILES, profile
 from hetsim.errors import PlanError, SpecError
 from hetsim.pipedream_graph import parse_graph, read_graph, write_graph
-from hetsim.profile import LayerProfile, ModelProfile, profile_from_dict, tp_note
+from hetsim.profile import LayerProfile, ModelProfile, profile_from_dict, tp_note, tp_split_note
 from hetsim.profile_files import load_profile, save_profile
 
 
@@ -179,7 +179,7 @@ def test_a_profile_taken_at_another_precision_than_the_plans_is_noted_and_its_pr
 def test_tp_note_names_the_shipped_types_and_degrees_the_profile_would_divide_single_gpu_times_for():
     times = {"a100": 1.0, "v100": 1.0, "cpu": 1.0, "a100@tp4": 0.3}
     layer = LayerProfile(name="b", kind="Block", fwd_s=times, bwd_s=times, param_bytes=0, output_bytes=0)
-    p = ModelProfile(model="m", batch_size=1, layers=(layer,), edges=(), input_bytes=0)
+    p = ModelProfile(model="m", batch_size=1, layers=(layer,), edges=(), input_bytes=0, tp_divisor=16)
     assert tp_note(p, {("a100", 1), ("a100", 4), ("v100", 1)}) is None
     # h100: no times at all (another error); cpu: a measured host, whose TP the simulator divides on purpose
     note = tp_note(p, {("a100", 2), ("a100", 4), ("v100", 2), ("v100", 4), ("h100", 2), ("cpu", 2)})
@@ -207,3 +207,11 @@ def test_simulating_bf16_on_gpus_without_bf16_units_is_noted():
     assert bf16 and "quadro-p4000, rtx-2060, titan-rtx, titan-v have no BF16 units" in bf16[0]
     assert not any(n.startswith("bf16: ") for n in hetsim.simulate(plan=plan, waves=3, warmup_waves=1,
                                                                       trace=False).notes)
+
+
+def test_tp_on_a_profile_without_a_tensor_parallel_split_is_noted():
+    from dataclasses import replace
+    cnn = load_profile("vgg19_b32")
+    assert cnn.tp_divisor is None and tp_split_note(cnn, {1}) is None
+    assert "records no tensor-parallel split" in tp_split_note(cnn, {1, 2})
+    assert tp_split_note(replace(cnn, tp_divisor=16), {2}) is None

@@ -10,7 +10,7 @@ from hetsim.derive import bf16_note
 from hetsim.errors import SimulationError
 from hetsim.memory import StageMemory, unreserved_note
 from hetsim.plan import Plan
-from hetsim.profile import ModelProfile, precision_note, tp_note
+from hetsim.profile import ModelProfile, precision_note, tp_note, tp_split_note
 from hetsim.report import GpuStats, LinkStats, Report
 from hetsim.report_sections import RunRecords, plan_window, run_sections
 from hetsim.sim.pipeline import Stage
@@ -127,4 +127,5 @@ def _notes(profile: ModelProfile, options, cluster: Cluster, plan: Plan) -> list
              for g in s.members}
     tp = tp_note(profile, {(cluster.gpu(s.gpu).type.name, s.tp) for vw in plan.virtual_workers for s in vw.stages})
     bf16 = bf16_note(list(types.values()), plan.precision)
-    return notes + [n for n in (reserve, precision, tp, bf16) if n]
+    split = tp_split_note(profile, {s.tp for vw in plan.virtual_workers for s in vw.stages})
+    return notes + [n for n in (reserve, precision, tp, split, bf16) if n]
