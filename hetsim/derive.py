@@ -48,8 +48,8 @@ from hetsim.plan import ELEMENT_BYTES, PRECISIONS
 from hetsim.profile import LayerProfile, ModelProfile, tp_key
 
 __all__ = ["LayerCost", "Efficiency", "load_efficiencies", "pass_time_s", "derive_profile", "with_tp_times",
-           "tp_share", "floorless", "bf16_note", "calibrate", "calibration_errors", "kernel_class", "cost_from_ops", "KIND_CLASS", "OP_CLASS",
-           "ELEMENT_BYTES"]
+           "tp_share", "floorless", "bf16_note", "calibrate", "calibration_errors", "kernel_class", "cost_from_ops",
+           "KIND_CLASS", "OP_CLASS", "ELEMENT_BYTES"]
 
 PASSES = ("fwd", "bwd")
 # Layer kinds -> kernel class; unlisted kinds are elementwise. A Block without parts is timed as one
@@ -175,8 +175,8 @@ def bf16_note(gpus: list[GpuType], precision: str) -> str | None:
     if not names:
         return None
     return (f"bf16: {', '.join(names)} {'has' if len(names) == 1 else 'have'} no BF16 units (before Ampere); their "
-            "times are derived at the FP32 "
-            "peak, which BF16 emulated there may not reach: measure them, or plan them at fp16")
+            "times are derived at the FP32 peak, which BF16 emulated there may not reach: measure them, or plan "
+            "them at fp16")
 
 
 def derive_profile(base: ModelProfile, costs: list[LayerCost], gpus: list[GpuType],
@@ -206,7 +206,9 @@ def with_tp_times(profile: ModelProfile, costs: list[LayerCost], gpus: list[GpuT
     least the type's TP floor where it has one (`floorless` names those without). The all-reduces are
     left to the simulator (tp_times_include_allreduce)."""
     degrees = sorted(set(tp_degrees) - {1})
-    if degrees and profile.tp_times_include_allreduce and any("@" in k for k in profile.time_keys):
+    if not degrees:
+        return profile
+    if profile.tp_times_include_allreduce and any("@" in k for k in profile.time_keys):
         raise SpecError(f"derive: profile {profile.model} has measured TP times, all-reduces inside; derived ones "
                         "beside them would leave the simulator to add theirs")
     out = profile
@@ -216,8 +218,6 @@ def with_tp_times(profile: ModelProfile, costs: list[LayerCost], gpus: list[GpuT
                           bwd_s={**l.bwd_s, **{tp_key(g.name, t): d.bwd_s[g.name] for g in gpus}})
                   for l, d in zip(out.layers, shard.layers)]
         out = replace(out, layers=tuple(layers))
-    if not degrees:
-        return profile
     floored = sorted(set(g.name for g in gpus) - set(floorless(gpus, effs)))
     note = (f"; times at TP {', '.join(map(str, degrees))} are one rank's share"
             + (f", a block pass at least the TP host floor of {', '.join(floored)}" if floored else ""))
