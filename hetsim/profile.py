@@ -24,7 +24,7 @@ from hetsim.fields import Fields
 from hetsim.plan import PRECISIONS
 
 __all__ = ["LayerProfile", "ModelProfile", "StageTimes", "profile_from_dict", "tp_key", "tp_divides", "precision_note",
-           "tp_note", "tp_split_note"]
+           "tp_note", "tp_split_note", "update_note"]
 
 
 def tp_key(gpu_type: str, tp: int) -> str:
@@ -449,3 +449,18 @@ def tp_split_note(profile: ModelProfile, degrees) -> str | None:
     return (f"tensor parallelism: profile {profile.model} records no tensor-parallel split (tp_divisor), so a TP "
             "stage divides its layers' times by the degree and adds only the all-reduces the profile counts; "
             "hetsim's split (and its executor's) is Megatron's, of transformer blocks")
+
+
+def update_note(profile: ModelProfile, groups) -> str | None:
+    """A note naming the GPU types of `groups` ((type, TP degree) pairs) whose times in `profile` carry no
+    optimizer step (`update_s`: derived and analytic profiles have none), so that every step is charged
+    nothing, which flatters schedules that step each minibatch; None where each has one."""
+    free = set()
+    for g, t in groups:
+        key = tp_key(g, t) if tp_key(g, t) in profile.time_keys else g
+        if key in profile.time_keys and not any(l.update_s.get(key, 0.0) > 0 for l in profile.layers):
+            free.add(g)
+    if not free:
+        return None
+    return (f"optimizer step: the profile gives {', '.join(sorted(free))} no update_s, so each step is charged no "
+            "time (measured profiles and Sailor imports carry it; derived and analytic ones do not)")

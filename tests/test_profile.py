@@ -5,7 +5,7 @@ import pytest
 from conftest import PIPEDREAM_PROFILES, profile
 from hetsim.errors import PlanError, SpecError
 from hetsim.pipedream_graph import parse_graph, read_graph, write_graph
-from hetsim.profile import LayerProfile, ModelProfile, profile_from_dict, tp_note, tp_split_note
+from hetsim.profile import LayerProfile, ModelProfile, profile_from_dict, tp_note, tp_split_note, update_note
 from hetsim.profile_files import load_profile, save_profile
 
 
@@ -215,3 +215,13 @@ def test_tp_on_a_profile_without_a_tensor_parallel_split_is_noted():
     assert cnn.tp_divisor is None and tp_split_note(cnn, {1}) is None
     assert "records no tensor-parallel split" in tp_split_note(cnn, {1, 2})
     assert tp_split_note(replace(cnn, tp_divisor=16), {2}) is None
+
+
+def test_types_whose_times_carry_no_optimizer_step_are_noted():
+    times = {"a100": 1.0, "v100": 1.0, "a100@tp2": 0.6}
+    stepped = LayerProfile(name="b", kind="Block", fwd_s=times, bwd_s=times, param_bytes=0, output_bytes=0,
+                           update_s={"a100": 0.01, "a100@tp2": 0.0})
+    p = ModelProfile(model="m", batch_size=1, layers=(stepped,), edges=(), input_bytes=0)
+    assert update_note(p, {("a100", 1)}) is None
+    note = update_note(p, {("a100", 1), ("a100", 2), ("v100", 1), ("v100", 4)})     # v100 at TP 4: its TP-1 key
+    assert note.startswith("optimizer step: the profile gives a100, v100 no update_s, so each step is charged no time")

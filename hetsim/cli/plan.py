@@ -12,7 +12,7 @@ from hetsim.errors import HetsimError
 from hetsim.memory import GIB, unreserved_note
 from hetsim.report_sections import staleness_bounds
 from hetsim.plan import ASYNC_SCHEDULES, OPTIMIZERS, PRECISIONS, SCHEDULES
-from hetsim.profile import precision_note, tp_note, tp_split_note
+from hetsim.profile import precision_note, tp_note, tp_split_note, update_note
 from hetsim.schedule.registry import FLUSH_SCHEDULES, schedule_kind
 from hetsim.planner.search import SIM_MAX_GPUS
 
@@ -172,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
     skipped = "; ".join(result.skipped) or None
     for note in (skipped, unreserved_note(cluster), precision_note(profile, space.precision),
                  tp_note(profile, groups), tp_split_note(profile, {t for _, t in groups}),
-                 bf16_note(list(cluster.gpu_types.values()), space.precision)):
+                 bf16_note(list(cluster.gpu_types.values()), space.precision), update_note(profile, groups)):
         if note:
             print(f"\nnote: {note}")
     if accuracy:
