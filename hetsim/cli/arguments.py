@@ -16,8 +16,14 @@ from typing import Callable
 
 from hetsim.errors import HetsimError
 
-__all__ = ["OneLineParser", "whole", "real", "int_list", "existing_file", "existing_dir", "check_output_dir",
+__all__ = ["DEFAULT_JITTER", "OneLineParser", "whole", "real", "int_list", "existing_file", "existing_dir", "check_output_dir",
            "check_output_file"]
+
+
+# Compute jitter (lognormal CV) that `hetsim simulate`, `sweep` and `plan` simulate with unless told:
+# without any, identical virtual workers run in lockstep and meet on every shared link at the same
+# instants, an unstable state (a CV of 1e-9 leaves it) that real runs do not hold.
+DEFAULT_JITTER = 0.02
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from hetsim.cli.arguments import check_output_file, int_list, real, whole
+from hetsim.cli.arguments import DEFAULT_JITTER, check_output_file, int_list, real, whole
 from hetsim.cli.progress import add_quiet, progress_factory
 from hetsim.derive import bf16_note
 from hetsim.errors import HetsimError
@@ -66,8 +66,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--margin", type=real(0, 1), default=0.1,
                    help="also simulate estimates within this fraction of the best (default 0.1)")
     p.add_argument("--waves", type=whole(1), default=12, help="waves per simulation (default 12)")
-    p.add_argument("--jitter", type=real(0, 10), default=0.02, metavar="CV",
-                   help="lognormal compute jitter in the simulations (default 0.02: without any, "
+    p.add_argument("--jitter", type=real(0, 10), default=DEFAULT_JITTER, metavar="CV",
+                   help="lognormal compute jitter in the simulations (default %(default)s: without any, "
                    "identical VWs run in lockstep and contend for links at the same instants)")
     p.add_argument("--seed", type=whole(0), default=0, help="seed for the simulations (default 0)")
     p.add_argument("--jobs", type=whole(1), default=None,

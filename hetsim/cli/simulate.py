@@ -8,7 +8,7 @@ import sys
 import time
 
 from hetsim.data import DEFAULT_CLUSTER, DEFAULT_PLAN, DEFAULT_PROFILE, resolve
-from hetsim.cli.arguments import check_output_dir, real, whole
+from hetsim.cli.arguments import DEFAULT_JITTER, check_output_dir, real, whole
 from hetsim.cli.assignments import assignments
 from hetsim.cli.progress import add_quiet, still_running
 from hetsim.errors import HetsimError, PlanError
@@ -50,8 +50,9 @@ def add_input_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup-waves", type=whole(0), default=None,
                    help="waves left out of the steady-state window (default 2, or waves - 1 if fewer)")
     p.add_argument("--seed", type=whole(0), default=0, help="seed for jitter and stragglers (default 0)")
-    p.add_argument("--jitter", type=real(0, 10), default=0.0, metavar="CV",
-                   help="lognormal compute jitter, coefficient of variation (default 0)")
+    p.add_argument("--jitter", type=real(0, 10), default=DEFAULT_JITTER, metavar="CV",
+                   help="lognormal compute jitter, coefficient of variation (default %(default)s, as hetsim plan: "
+                   "with none, identical virtual workers run in lockstep and meet on every link at once)")
     p.add_argument("--slowdown", action="append", default=[], metavar="GPU=FACTOR",
                    help="make a GPU, or every GPU of a node, slower: node2/gpu1=1.5 or node2=1.5 (repeatable)")
     p.add_argument("--straggler", default=None, metavar="PROB:SECONDS",
