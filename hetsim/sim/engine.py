@@ -109,7 +109,7 @@ def run_simulation(cluster: Cluster, profile: ModelProfile, plan: Plan,
             if slot.id in rec.rows:
                 trace.row(*rec.rows[slot.id])
     validated: list = []
-    schedules = [vw_schedule(plan, vw, cluster, profile, options.waves, world.topology)
+    schedules = [vw_schedule(plan, vw, cluster, profile, options.waves, world.topology, options.slowdown)
                  for vw in plan.virtual_workers]
     for vw_stages, schedule in zip(stages, schedules):
         if not any(schedule is v for v in validated):
