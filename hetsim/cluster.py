@@ -262,6 +262,12 @@ def _link(f: Fields) -> LinkSpec:
     f.reject_unknown({"kind", "gen", "lanes", "bandwidth_GBps", "bandwidth_gbit_s", "latency_us",
                       "collective_latency_us"})
     kind = f.text("kind", choices=_LINK_KINDS)
+    given = [k for k in ("bandwidth_GBps", "bandwidth_gbit_s") if f.has(k)]
+    if len(given) == 2 or (given and (f.has("gen") or f.has("lanes"))):
+        rest = given[1] if len(given) == 2 else ("gen" if f.has("gen") else "lanes")
+        raise f.error(rest, f"give the link's bandwidth once: {given[0]} and {rest} both set it")
+    if not given and kind != "pcie" and (f.has("gen") or f.has("lanes")):
+        raise f.error("gen" if f.has("gen") else "lanes", f"only a pcie link takes gen and lanes, not a {kind} one")
     if f.has("bandwidth_GBps"):
         bandwidth = f.number("bandwidth_GBps", positive=True) * 1e9
     elif f.has("bandwidth_gbit_s"):

@@ -159,6 +159,21 @@ def document_cases() -> Iterator[Case]:
     yield Case("hetpipe_4node.yaml parameter_servers: a node twice",
                {n: d for n, d in HETPIPE.values()} | {"cluster.yaml": twice}, simulate_argv(HETPIPE),
                ("cluster.yaml", "parameter_servers"))
+    # A link's bandwidth given twice: one field would silently win over the other.
+    for path, extra, field in ((("network",), {"bandwidth_GBps": 50}, "bandwidth_gbit_s"),
+                               (("nodes", 0, "intra_link"), {"bandwidth_GBps": 1}, "gen"),
+                               (("nodes", 0, "intra_link"), {"kind": "nvlink", "bandwidth_GBps": 1, "gen": None},
+                                "lanes")):
+        link = {k: v for k, v in {**_at(HETPIPE["cluster"][1], path), **extra}.items() if v is not None}
+        yield Case(f"hetpipe_4node.yaml {'.'.join(map(str, path))}: bandwidth set twice ({field})",
+                   {n: d for n, d in HETPIPE.values()} | {"cluster.yaml": mutated(HETPIPE["cluster"][1], path, link)},
+                   simulate_argv(HETPIPE), ("cluster.yaml", field))
+
+
+def _at(doc: Any, path: tuple) -> Any:
+    for key in path:
+        doc = doc[key]
+    return doc
 
 
 def plan_structure_cases(label: str, inputs: dict, argv: tuple[str, ...]) -> Iterator[Case]:
