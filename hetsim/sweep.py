@@ -122,6 +122,10 @@ def check_axes(axes: tuple[Axis, ...], base: SweepBase) -> None:
             c = base.cluster
             raise HetsimError(f"--vary {axis.name}: cluster {c.name} has no GPU or node {target!r} "
                               f"(name a GPU like {c.gpus[0].id} or a node like {c.nodes[0].name})")
+        if axis.name.startswith("network.") and all(n.nic is not None for n in base.cluster.nodes):
+            raise HetsimError(f"--vary {axis.name}: every node of cluster {base.cluster.name} has a network of its "
+                              "own, which the cluster's network field (this axis) does not change; edit the "
+                              "nodes' network fields instead")
         if axis.name == "staleness" and base.plan.sync.mode != "wsp":
             raise HetsimError(f"--vary staleness: plan {base.plan.name} syncs by {base.plan.sync.mode}, and "
                               "the staleness bound D applies to wsp plans only")

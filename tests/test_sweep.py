@@ -118,6 +118,18 @@ def test_staleness_is_refused_for_a_plan_without_wsp(tmp_path, capsys):
     assert code == 2 and "--vary staleness: plan" in capsys.readouterr().err
 
 
+def test_a_network_axis_that_would_change_no_link_is_refused(tmp_path, capsys):
+    import yaml
+    doc = yaml.safe_load(resolve("cluster", "hetpipe_4node").read_text())
+    for node in doc["nodes"]:
+        node["network"] = {"kind": "infiniband", "bandwidth_gbit_s": 56, "latency_us": 5}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(doc))
+    code = main(["sweep", "--cluster", str(tmp_path / "c.yaml"), "--vary", "network.bandwidth_gbit_s=10,56",
+                 "--out", str(tmp_path / "out"), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and "every node of cluster hetpipe_4node has a network of its own" in err
+
+
 def test_the_grid_is_the_cartesian_product_with_the_last_axis_fastest():
     axes = parse_axes(["nm=1,2", "slowdown.node0/gpu1=1,1.5,2"])
     assert [tuple(p.values()) for p in grid(axes)] == [(1, 1.0), (1, 1.5), (1, 2.0), (2, 1.0), (2, 1.5), (2, 2.0)]
