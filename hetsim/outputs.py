@@ -57,11 +57,13 @@ def _replace(target: Path, text: str) -> None:
 
 
 @contextlib.contextmanager
-def staged(out: str | Path, flag: str = "--out") -> Iterator[Path]:
+def staged(out: str | Path, flag: str = "--out", owns: tuple[str, ...] = ()) -> Iterator[Path]:
     """A folder to write a command's files into; when the block ends they are moved into `out` together
     (replacing files of the same names), unless one of their names is a folder in `out`, which is then
     refused before any is moved. If the block raises, `out` gets none of them (and a folder made for
-    them is removed); errors name `out`, not the staging folder."""
+    them is removed); errors name `out`, not the staging folder. `owns`: every name the command may
+    write; one of them left in `out` by an earlier run and not written this time (a figure, with
+    --no-plots) is removed with the move, so that no file there contradicts the ones beside it."""
     out = Path(out)
     made = not out.exists()
     try:
@@ -81,6 +83,9 @@ def staged(out: str | Path, flag: str = "--out") -> Iterator[Path]:
         for name in names:
             os.replace(stage / name, out / name)
             moved.append(name)
+        for name in sorted(set(owns) - set(names)):
+            if (out / name).is_file():
+                (out / name).unlink()
         finished = True
     except HetsimError as exc:
         raise type(exc)(str(exc).replace(str(stage), str(out))) from None

@@ -21,6 +21,10 @@ __all__ = ["GpuStats", "LinkStats", "VwStats", "Report", "distribution", "STALEN
 STALENESS_LOCAL_COLUMNS = ("vw", "stage", "minibatch", "staleness")
 STALENESS_GLOBAL_COLUMNS = ("vw", "stage", "wave", "version", "staleness")
 LOSS_COLUMNS = ("vw", "minibatch", "t_s", "loss")     # measurements: loss.csv, seconds since the start
+# Every file Report.write may write (which ones depends on the report) and the figures hetsim.plots draws.
+REPORT_FILES = ("report.json", "gpus.csv", "links.csv", "virtual_workers.csv", "staleness_local.csv",
+                "staleness_global.csv", "loss.csv", "trace.json")
+REPORT_FIGURES = ("utilisation.png", "timeline.png")
 
 
 @dataclass(kw_only=True)

@@ -44,6 +44,28 @@ def test_staged_files_arrive_together_replacing_older_ones(tmp_path):
                                                                                                "report.json"]
 
 
+def test_an_earlier_runs_file_this_one_owns_but_does_not_write_goes_and_others_stay(tmp_path):
+    for name in ("timeline.png", "notes.txt"):
+        (tmp_path / name).write_text("old")
+    with staged(tmp_path, owns=("report.json", "timeline.png")) as stage:
+        (stage / "report.json").write_text("new")
+    assert sorted(os.listdir(tmp_path)) == ["notes.txt", "report.json"]
+
+
+def test_simulate_and_sweep_leave_no_figure_of_an_earlier_run(tmp_path, capsys):
+    from hetsim.cli import main
+    out = tmp_path / "o"
+    assert main(["simulate", "--waves", "4", "--out", str(out), "-q"]) == 0
+    assert {"utilisation.png", "timeline.png"} <= set(os.listdir(out))
+    assert main(["simulate", "--waves", "4", "--no-plots", "--out", str(out), "-q"]) == 0
+    assert not any(name.endswith(".png") for name in os.listdir(out))
+    assert main(["sweep", "--vary", "nm=2,4", "--waves", "3", "--workers", "1", "--out", str(out), "-q"]) == 0
+    assert (out / "sweep.png").exists()
+    assert main(["sweep", "--vary", "nm=2,4", "--vary", "seed=0,1", "--vary", "jitter=0,0.1", "--waves", "3",
+                 "--workers", "1", "--out", str(out), "-q"]) == 0
+    assert not (out / "sweep.png").exists() and (out / "report.json").exists()      # three axes: no figure
+
+
 def test_staged_refuses_a_folder_in_the_way_before_moving_any_file(tmp_path):
     (tmp_path / "report.json").write_text("earlier run")
     (tmp_path / "timeline.png").mkdir()

@@ -13,7 +13,7 @@ from hetsim.cli.assignments import assignments
 from hetsim.cli.progress import add_quiet, still_running
 from hetsim.errors import HetsimError, PlanError
 from hetsim.outputs import staged
-from hetsim.report import Report
+from hetsim.report import REPORT_FIGURES, REPORT_FILES, Report
 from hetsim.slowdown import gpu_factors
 from hetsim.units import GIB
 
@@ -121,7 +121,8 @@ def run(args: argparse.Namespace) -> int:
         print(format_report(report))
         print(f"\nsimulated {report.settings['events']:,} events in {wall:.2f} s")
     if args.out:
-        with staged(args.out) as stage:               # the report and its figures together, or none
+        # The report and its figures together, or none; an earlier run's files it does not rewrite go.
+        with staged(args.out, owns=REPORT_FILES + REPORT_FIGURES) as stage:
             paths = report.write(stage)
             if not args.no_plots:
                 from hetsim.plots import plot_report     # matplotlib loads only when figures are drawn

@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         first = rows[0]
         raise HetsimError(f"--vary: every one of the {len(rows)} points failed, e.g. "
                           f"{', '.join(f'{n}={first[n]}' for n in names)}: {first['error']} (nothing written)")
-    with staged(args.out) as stage:                # the table and its figure together
+    with staged(args.out, owns=("sweep.csv", "sweep.png")) as stage:     # the table and its figure together
         written = [write_csv(rows, stage / "sweep.csv")]
         if 1 <= len(names) <= 2 and not args.no_plots:
             from hetsim.plots import plot_sweep
