@@ -36,7 +36,8 @@ def simulate(cluster: Cluster | str | Path = DEFAULT_CLUSTER,
              straggler_prob: float = 0.0, straggler_delay_s: float = 0.0, trace: bool = True) -> Report:
     """Predict throughput, utilisation, memory and staleness of `plan` on `cluster`.
 
-    Each of cluster, profile and plan may be an object, a file path or a shipped name.
+    Each of cluster, profile and plan may be an object, a file path or a shipped name; `slowdown` names
+    GPUs ("node2/gpu1") or whole nodes ("node2"), as `hetsim simulate --slowdown` does.
     """
     from hetsim.sim import SimOptions, run_simulation
     cluster = loaded("cluster", cluster, Cluster, load_cluster)
@@ -44,7 +45,8 @@ def simulate(cluster: Cluster | str | Path = DEFAULT_CLUSTER,
     plan = loaded("plan", plan, Plan, load_plan)
     if slowdown is not None and not isinstance(slowdown, Mapping):
         raise HetsimError(f"slowdown: expected a mapping of GPU or node names to factors, got {slowdown!r}")
+    from hetsim.slowdown import gpu_factors
     options = SimOptions(waves=waves, warmup_waves=warmup_waves, seed=seed, jitter_cv=jitter_cv,
-                         slowdown=dict(slowdown or {}), straggler_prob=straggler_prob,
+                         slowdown=gpu_factors(cluster, slowdown or {}, "slowdown"), straggler_prob=straggler_prob,
                          straggler_delay_s=straggler_delay_s, trace=trace)
     return run_simulation(cluster, profile, plan, options)

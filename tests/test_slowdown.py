@@ -44,3 +44,12 @@ def test_simulate_slowdown_of_a_node_equals_slowing_each_of_its_gpus(capsys):
         reports.append(json.loads(capsys.readouterr().out))
     assert reports[0] == reports[1]
     assert reports[0]["settings"]["slowdown"] == {f"node2/gpu{i}": 1.5 for i in range(4)}
+
+
+def test_the_python_api_takes_a_node_name_as_the_command_line_does():
+    import hetsim
+    by_node = hetsim.simulate(waves=4, slowdown={"node1": 2}, trace=False)
+    by_gpu = hetsim.simulate(waves=4, slowdown={f"node1/gpu{i}": 2 for i in range(4)}, trace=False)
+    assert by_node.throughput == by_gpu.throughput and by_node.settings["slowdown"] == by_gpu.settings["slowdown"]
+    with pytest.raises(HetsimError, match="slowdown 'node9=2': cluster hetpipe_4node has no GPU or node 'node9'"):
+        hetsim.simulate(waves=4, slowdown={"node9": 2})
