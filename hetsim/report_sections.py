@@ -14,7 +14,7 @@ from hetsim.plan import ASYNC_SCHEDULES, Plan
 from hetsim.report import VwStats, distribution
 from hetsim.window import SteadyWindow, steady_window
 
-__all__ = ["RunRecords", "plan_window", "run_sections", "staleness_bounds"]
+__all__ = ["RunRecords", "plan_window", "drain_minibatches", "run_sections", "staleness_bounds"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,8 +36,16 @@ class RunRecords:
 
 def plan_window(plan: Plan, completions: list[list[float]], warmup: int) -> SteadyWindow | None:
     """The steady window of a run of `plan`, prediction or measurement: VWs timed over whole waves of
-    Nm, and under WSP each counted at the slowest one's rate (hetsim.window)."""
-    return steady_window(completions, warmup, period=plan.nm, locked=plan.sync.mode == "wsp")
+    Nm, under WSP each counted at the slowest one's rate, and a schedule that never flushes without its
+    final drain (hetsim.window)."""
+    return steady_window(completions, warmup, period=plan.nm, locked=plan.sync.mode == "wsp",
+                         drain=drain_minibatches(plan))
+
+
+def drain_minibatches(plan: Plan) -> int:
+    """The completions of a run's final drain that the window leaves out: the last wave of a schedule
+    that never flushes (hetsim.window), none of a flush schedule's."""
+    return plan.nm if plan.schedule in ASYNC_SCHEDULES else 0
 
 
 def run_sections(plan: Plan, run: RunRecords) -> dict[str, Any]:

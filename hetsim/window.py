@@ -1,7 +1,11 @@
 """The steady-state window that a prediction and a measurement both count throughput over.
 
 The window opens when the last virtual worker completes its warm-up minibatches and closes when the
-first one completes its last, so every VW is running throughout. Per-GPU times are taken over it.
+first one completes its last counted one, so every VW is running throughout. Per-GPU times are taken
+over it. A schedule that never flushes (1F1B, HetPipe) drains its pipeline only at the run's end: its
+last wave's completions come without the forwards that interleave them in steady state (the first stage
+only finishes backward passes), faster than steady state, so that wave is not counted (`drain`) where
+the run has a wave to spare after its warm-up. Flush schedules drain in every wave alike.
 
 Each VW's rate is timed from completion to completion over whole waves inside the window, so periodic
 behaviour (a VW that completes in bursts, or at another phase than the others, as under BSP) is
@@ -22,7 +26,7 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from typing import Sequence
 
-__all__ = ["SteadyWindow", "steady_window", "window_opens", "window_closes"]
+__all__ = ["SteadyWindow", "steady_window", "window_opens", "window_closes", "counted"]
 
 
 @dataclass(frozen=True)
@@ -59,18 +63,27 @@ def window_opens(completed: Sequence[int], warmup: int) -> bool:
 
 
 def window_closes(completed: Sequence[int], total: int) -> bool:
-    """Whether the window has closed: the first VW has completed all `total` of its minibatches."""
+    """Whether the window has closed: the first VW has completed all `total` of its counted minibatches
+    (`counted`'s)."""
     return max(completed) >= total
 
 
+def counted(total: int, warmup: int, drain: int) -> int:
+    """How many of a VW's `total` completions the window counts: all but the last `drain` (a final
+    drain that steady state never has), unless that would leave none after the `warmup` ones."""
+    return total - drain if total - drain > warmup else total
+
+
 def steady_window(completions: list[list[float]], warmup: int, origin: float = 0.0,
-                  period: int = 1, locked: bool = False) -> SteadyWindow | None:
+                  period: int = 1, locked: bool = False, drain: int = 0) -> SteadyWindow | None:
     """The window over per-VW completion times (seconds, increasing, after `origin`), or None when some
     VW completes nothing after its warm-up, or finishes before another has warmed up. `period` is the
     number of completions per wave (Nm): each VW is timed over whole waves inside the window. `locked`
-    (WSP) reports each VW at the slowest one's rate."""
+    (WSP) reports each VW at the slowest one's rate. The last `drain` completions of each VW are left
+    out where `counted` says so."""
     if not completions or any(len(times) <= warmup for times in completions):
         return None
+    completions = [times[:counted(len(times), warmup, drain)] for times in completions]
     start = max(times[warmup - 1] if warmup else origin for times in completions)
     end = min(times[-1] for times in completions)
     if end <= start:

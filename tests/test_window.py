@@ -69,3 +69,13 @@ def test_the_run_time_rules_open_and_close_the_window_at_the_instants_steady_win
             closed = t
     w = steady_window(times, warmup=3)
     assert (opened, closed) == (w.start, w.end) == (pytest.approx(3.9), pytest.approx(8.4))
+
+
+def test_a_final_drain_is_left_out_where_the_run_has_a_wave_to_spare():
+    from hetsim.window import counted
+    assert counted(40, 16, 8) == 32 and counted(24, 16, 8) == 24 and counted(24, 16, 0) == 24
+    steady = [1.0 * k for k in range(1, 11)]                      # one a second...
+    drained = steady + [10.2, 10.4]                               # ...then a drain of two at five a second
+    w = steady_window([drained], warmup=2, period=2, drain=2)
+    assert w.end == 10.0 and w.rate(0) == pytest.approx(1.0)
+    assert steady_window([drained], warmup=2, period=2).rate(0) > 1.0

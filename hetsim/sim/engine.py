@@ -24,6 +24,7 @@ from hetsim.sim.summary import build_report
 from hetsim.sim.world import Device, World
 from hetsim.sim.wsp import WaveSync
 from hetsim.report import Report
+from hetsim.report_sections import drain_minibatches
 from hetsim.trace import TraceWriter
 
 __all__ = ["SimOptions", "run_simulation", "check_length", "MAX_STAGE_MINIBATCHES"]
@@ -99,7 +100,7 @@ def run_simulation(cluster: Cluster, profile: ModelProfile, plan: Plan,
     n_mb = options.waves * plan.nm
     world = World(cluster)
     _add_devices(world, cluster, options)         # before the recorder: with no warm-up it snapshots them
-    rec = Recorder(world, n_vw, n_mb, options.warmup_waves * plan.nm, trace)
+    rec = Recorder(world, n_vw, n_mb, options.warmup_waves * plan.nm, trace, drain_minibatches(plan))
     if trace is not None:
         world.net.on_rates = rec.link_rates
     stages = _build_stages(world, plan, profile, rec)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from hetsim.sim.world import Meter, World
 from hetsim.trace import TraceWriter
-from hetsim.window import window_closes, window_opens
+from hetsim.window import counted, window_closes, window_opens
 
 __all__ = ["Recorder", "Snapshot"]
 
@@ -27,9 +27,10 @@ class Recorder:
     throughout; throughput is counted over the same window (hetsim.window)."""
 
     def __init__(self, world: World, n_vw: int, n_minibatches: int, warmup_minibatches: int,
-                 trace: TraceWriter | None):
+                 trace: TraceWriter | None, drain: int = 0):
         self.world = world
         self.n_minibatches, self.warmup = n_minibatches, warmup_minibatches
+        self.closing = counted(n_minibatches, warmup_minibatches, drain)    # the window's last completion
         self.completed = [0] * n_vw
         self.completion_times: list[list[float]] = [[] for _ in range(n_vw)]
         # Each VW's synchronisation waits, as its first stage sees them (as the executor counts
@@ -52,8 +53,8 @@ class Recorder:
         # The rules are hetsim.window's; they can only change when this VW reaches warm-up or its end.
         if self.completed[vw] == self.warmup and self.start is None and window_opens(self.completed, self.warmup):
             self.start = self.snapshot()
-        if (self.completed[vw] == self.n_minibatches and self.end is None and self.start is not None
-                and window_closes(self.completed, self.n_minibatches)):
+        if (self.completed[vw] == self.closing and self.end is None and self.start is not None
+                and window_closes(self.completed, self.closing)):
             self.end = self.snapshot()
 
     def snapshot(self) -> Snapshot:
