@@ -88,6 +88,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_quiet(p)
 
 
+def _notes(result, cluster, profile, space) -> list[str]:
+    """What the ranking leaves out or approximates: search dimensions that built nothing, and the
+    caveats of the (GPU type, TP degree) pairs its plans use."""
+    groups = {(cluster.gpu(s.gpu).type.name, s.tp) for c in result.candidates if c.plan is not None
+              for vw in c.plan.virtual_workers for s in vw.stages}
+    notes = ("; ".join(result.skipped) or None, unreserved_note(cluster), precision_note(profile, space.precision),
+             tp_note(profile, groups), tp_split_note(profile, {t for _, t in groups}),
+             bf16_note(list(cluster.gpu_types.values()), space.precision), update_note(profile, groups))
+    return [n for n in notes if n]
+
+
 def _policies(text: str) -> tuple[str, ...]:
     from hetsim.planner.search import POLICY_CHOICES
     policies = tuple(p.strip() for p in text.split(",") if p.strip())
@@ -167,14 +178,8 @@ def run(args: argparse.Namespace) -> int:
           f"({result.pruned} below the listed ones by bound, not built), {result.simulated} simulated, "
           f"{wall:.1f} s{_what_if_note(args)}\n")
     print(format_ranking(result, cluster, profile.batch_size, args.show))
-    groups = {(cluster.gpu(s.gpu).type.name, s.tp) for c in result.candidates if c.plan is not None
-              for vw in c.plan.virtual_workers for s in vw.stages}
-    skipped = "; ".join(result.skipped) or None
-    for note in (skipped, unreserved_note(cluster), precision_note(profile, space.precision),
-                 tp_note(profile, groups), tp_split_note(profile, {t for _, t in groups}),
-                 bf16_note(list(cluster.gpu_types.values()), space.precision), update_note(profile, groups)):
-        if note:
-            print(f"\nnote: {note}")
+    for note in _notes(result, cluster, profile, space):
+        print(f"\nnote: {note}")
     if accuracy:
         print("\n" + accuracy)
     if args.out:
