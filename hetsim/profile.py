@@ -122,12 +122,18 @@ class ModelProfile:
     # The training precision its times were measured or derived at (hetsim.plan.PRECISIONS); None: not said.
     precision: str | None = None
 
-    @property
-    def time_keys(self) -> set[str]:
+    @cached_property
+    def time_keys(self) -> frozenset[str]:
         keys = set(self.layers[0].fwd_s)
         for layer in self.layers[1:]:
             keys &= set(layer.fwd_s)
-        return keys
+        return frozenset(keys)
+
+    def time_key(self, gpu_type: str, tp: int) -> tuple[str, int]:
+        """The times a stage of `tp` GPUs of `gpu_type` takes, and what it divides them by: the profile's
+        TYPE@tpT times as they are, else the single-GPU times divided by `tp`."""
+        key = tp_key(gpu_type, tp)
+        return (key, 1) if key in self.time_keys else (gpu_type, tp)
 
     @property
     def gpu_types(self) -> set[str]:
@@ -185,18 +191,15 @@ class ModelProfile:
 
     def _stage_times(self, gpu_type: str, lo: int, hi: int, tp: int) -> StageTimes:
         self.require_gpu_type(gpu_type)
-        key = tp_key(gpu_type, tp)
-        if key in self._time_prefix:
-            fwd, bwd, upd = self._time_prefix[key]
-            return StageTimes(float(fwd[hi] - fwd[lo]), float(bwd[hi] - bwd[lo]), float(upd[hi] - upd[lo]),
-                              measured_tp=tp > 1 and self.tp_times_include_allreduce)
-        if gpu_type not in self._time_prefix:
+        key, divide = self.time_key(gpu_type, tp)
+        if key not in self._time_prefix:
             measured = sorted(k for k in self.time_keys if k.split("@")[0] == gpu_type)
             raise PlanError(f"profile {self.model}: no times for {gpu_type} at tensor-parallel degree {tp} "
                             f"(it has {', '.join(measured)}) and no single-GPU times to divide")
-        fwd, bwd, upd = self._time_prefix[gpu_type]
-        return StageTimes(float(fwd[hi] - fwd[lo]) / tp, float(bwd[hi] - bwd[lo]) / tp,
-                          float(upd[hi] - upd[lo]) / tp, measured_tp=False)
+        fwd, bwd, upd = self._time_prefix[key]
+        return StageTimes(float(fwd[hi] - fwd[lo]) / divide, float(bwd[hi] - bwd[lo]) / divide,
+                          float(upd[hi] - upd[lo]) / divide,
+                          measured_tp=divide == 1 and tp > 1 and self.tp_times_include_allreduce)
 
     def stage_tp_allreduce_bytes(self, lo: int, hi: int, backward: bool = False, recompute: bool = False) -> int:
         """Bytes a forward (or backward) of layers [lo, hi) all-reduces in a tensor-parallel group; a
@@ -426,8 +429,7 @@ def tp_note(profile: ModelProfile, groups) -> str | None:
         return None                     # no split to derive times for: tp_split_note says so
     degrees: dict[str, set[int]] = {}
     for g, t in groups:
-        if (t > 1 and g in profile.time_keys and tp_key(g, t) not in profile.time_keys
-                and g in shipped_type_names()):
+        if g in profile.time_keys and profile.time_key(g, t)[1] > 1 and g in shipped_type_names():
             degrees.setdefault(g, set()).add(t)
     if not degrees:
         return None
@@ -457,7 +459,7 @@ def update_note(profile: ModelProfile, groups) -> str | None:
     nothing, which flatters schedules that step each minibatch; None where each has one."""
     free = set()
     for g, t in groups:
-        key = tp_key(g, t) if tp_key(g, t) in profile.time_keys else g
+        key, _ = profile.time_key(g, t)
         if key in profile.time_keys and not any(l.update_s.get(key, 0.0) > 0 for l in profile.layers):
             free.add(g)
     if not free:

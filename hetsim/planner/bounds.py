@@ -25,7 +25,7 @@ from typing import Callable, Iterator
 from hetsim.errors import PlanError
 from hetsim.planner.estimate import Estimate, PsRoutes, bsp_pipeline_estimate, vw_rate, wsp_estimate
 from hetsim.planner.hetero import VwPartition
-from hetsim.profile import ModelProfile, tp_key
+from hetsim.profile import ModelProfile
 from hetsim.topology import Topology
 
 __all__ = ["LazyEstimate", "shape_bound", "best_first"]
@@ -37,17 +37,11 @@ def shape_bound(profile: ModelProfile, types: tuple[str, ...], nm: int, cache: d
     (the profile's TYPE@tp times, else a single GPU's divided by `tp`), before any all-reduce."""
     key = (tuple(sorted(set(types))), len(types), nm, tp)
     if key not in cache:
-        fastest = [min(_layer_s(l, t, tp) for t in key[0]) for l in profile.layers]
+        keys = [profile.time_key(t, tp) for t in key[0]]
+        fastest = [min((l.fwd_s[k] + l.bwd_s[k]) / divide for k, divide in keys) for l in profile.layers]
         total = sum(fastest)
         cache[key] = min(nm / total, len(types) / total, 1.0 / max(fastest)) if total > 0 else float("inf")
     return cache[key]
-
-
-def _layer_s(layer, gpu_type: str, tp: int) -> float:
-    key = tp_key(gpu_type, tp)
-    if key in layer.fwd_s:
-        return layer.fwd_s[key] + layer.bwd_s[key]
-    return (layer.fwd_s[gpu_type] + layer.bwd_s[gpu_type]) / tp
 
 
 class LazyEstimate:
