@@ -7,12 +7,11 @@ import time
 
 from hetsim.cli.arguments import DEFAULT_JITTER, check_output_file, int_list, real, whole
 from hetsim.cli.progress import add_quiet, progress_factory
-from hetsim.derive import bf16_note
+from hetsim.caveats import caveats
 from hetsim.errors import HetsimError
-from hetsim.memory import GIB, unreserved_note
+from hetsim.memory import GIB
 from hetsim.report_sections import staleness_bounds
 from hetsim.plan import ASYNC_SCHEDULES, OPTIMIZERS, PRECISIONS, SCHEDULES
-from hetsim.profile import precision_note, tp_note, tp_split_note, update_note
 from hetsim.schedule.registry import FLUSH_SCHEDULES, schedule_kind
 from hetsim.planner.search import SIM_MAX_GPUS
 
@@ -93,10 +92,8 @@ def _notes(result, cluster, profile, space) -> list[str]:
     caveats of the (GPU type, TP degree) pairs its plans use."""
     groups = {(cluster.gpu(s.gpu).type.name, s.tp) for c in result.candidates if c.plan is not None
               for vw in c.plan.virtual_workers for s in vw.stages}
-    notes = ("; ".join(result.skipped) or None, unreserved_note(cluster), precision_note(profile, space.precision),
-             tp_note(profile, groups), tp_split_note(profile, {t for _, t in groups}),
-             bf16_note(list(cluster.gpu_types.values()), space.precision), update_note(profile, groups))
-    return [n for n in notes if n]
+    skipped = ["; ".join(result.skipped)] if result.skipped else []
+    return skipped + caveats(profile, cluster, groups, space.precision)
 
 
 def _policies(text: str) -> tuple[str, ...]:

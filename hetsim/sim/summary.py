@@ -6,11 +6,11 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from hetsim.cluster import Cluster
-from hetsim.derive import bf16_note
+from hetsim.caveats import caveats
 from hetsim.errors import SimulationError
-from hetsim.memory import StageMemory, unreserved_note
+from hetsim.memory import StageMemory
 from hetsim.plan import Plan
-from hetsim.profile import ModelProfile, precision_note, tp_note, tp_split_note, update_note
+from hetsim.profile import ModelProfile
 from hetsim.report import GpuStats, LinkStats, Report
 from hetsim.report_sections import RunRecords, plan_window, run_sections
 from hetsim.sim.pipeline import Stage
@@ -121,15 +121,5 @@ def _notes(profile: ModelProfile, options, cluster: Cluster, plan: Plan) -> list
         notes.append("slowdown factors applied: " + ", ".join(f"{g} x{f}" for g, f in sorted(options.slowdown.items())))
     if options.jitter_cv:
         notes.append(f"compute jitter: lognormal, cv {options.jitter_cv}, seed {options.seed}")
-    return notes + _caveats(profile, cluster, plan)
-
-
-def _caveats(profile: ModelProfile, cluster: Cluster, plan: Plan) -> list[str]:
-    """What the prediction leaves out or approximates for this plan's GPUs, profile and training."""
-    stages = [s for vw in plan.virtual_workers for s in vw.stages]
-    groups = {(cluster.gpu(s.gpu).type.name, s.tp) for s in stages}
-    types = {cluster.gpu(g).type.name: cluster.gpu(g).type for s in stages for g in s.members}
-    notes = (unreserved_note(cluster, plan.gpus), precision_note(profile, plan.precision), tp_note(profile, groups),
-             tp_split_note(profile, {t for _, t in groups}), bf16_note(list(types.values()), plan.precision),
-             update_note(profile, groups))
-    return [n for n in notes if n]
+    groups = {(cluster.gpu(s.gpu).type.name, s.tp) for vw in plan.virtual_workers for s in vw.stages}
+    return notes + caveats(profile, cluster, groups, plan.precision, plan.gpus)
