@@ -26,7 +26,8 @@ __all__ = ["run", "derive_times"]
 
 
 def run(args: argparse.Namespace, derive_for: list[GpuType]) -> int:
-    """Measure (unless --no-measure) and derive times for `derive_for`; write --out (and --graph-txt)."""
+    """Measure (unless --no-measure) and derive times for `derive_for`; write --out (and --graph-txt).
+    `args` as hetsim.cli.profile.run leaves them: its checks add `model_kwargs` and `tp_degrees`."""
     if args.model not in MODELS:
         close = difflib.get_close_matches(args.model, MODELS, n=3, cutoff=0.5)
         hint = f"did you mean {', '.join(map(repr, close))}?" if close else f"known: {', '.join(sorted(MODELS))}"
@@ -49,14 +50,14 @@ def run(args: argparse.Namespace, derive_for: list[GpuType]) -> int:
 
 
 def _profile(args, derive_for: list[GpuType]):
-    kwargs = {**getattr(args, "model_kwargs", {}), **({"image_size": args.image_size} if args.image_size else {})}
+    kwargs = {**args.model_kwargs, **({"image_size": args.image_size} if args.image_size else {})}
     try:                                    # on the meta device: shapes only, so only shapes can fail
         with warnings.catch_warnings():     # torch's warnings about odd shapes; the error says it all
             warnings.simplefilter("ignore")
             skeleton, costs = counted_profile(args.model, args.batch, attention=args.attention, **kwargs)
     except (TypeError, ValueError, RuntimeError) as exc:
         given = ([f"--image-size {args.image_size}"] if args.image_size else []) + [
-            f"--model-arg {k}={v}" for k, v in getattr(args, "model_kwargs", {}).items()] + [f"--batch {args.batch}"]
+            f"--model-arg {k}={v}" for k, v in args.model_kwargs.items()] + [f"--batch {args.batch}"]
         raise HetsimError(f"--model {args.model}: cannot be built or run with {', '.join(given)} "
                           f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
     _check_tp(args, skeleton)
@@ -69,12 +70,12 @@ def _profile(args, derive_for: list[GpuType]):
     if not derive_for:
         return base
     return derive_times(args.model, args.batch, base, costs, derive_for, precision=args.precision,
-                        attention=args.attention, tp_degrees=getattr(args, "tp_degrees", (1,)), **kwargs)
+                        attention=args.attention, tp_degrees=args.tp_degrees, **kwargs)
 
 
 def _check_tp(args, skeleton) -> None:
     """TP degrees the model's layers split into (Megatron-style: transformer blocks), before measuring."""
-    degrees = [t for t in getattr(args, "tp_degrees", (1,)) if t > 1]
+    degrees = [t for t in args.tp_degrees if t > 1]
     if not degrees:
         return
     if skeleton.tp_divisor is None:
@@ -100,7 +101,7 @@ def derive_times(model: str, batch: int, base, costs: list, gpus: list[GpuType],
 
 def _notes(args, derive_for: list[GpuType]) -> list[str]:
     notes = [bf16_note(derive_for, args.precision)]
-    if any(t > 1 for t in getattr(args, "tp_degrees", (1,))):
+    if any(t > 1 for t in args.tp_degrees):
         missing = floorless(derive_for, load_efficiencies({g.name: g for g in derive_for}))
         if missing:
             notes.append(f"TP host floor: {', '.join(missing)} {'has' if len(missing) == 1 else 'have'} none "
