@@ -35,7 +35,7 @@ from hetsim.units import GIB
 
 __all__ = ["run", "host_cluster", "cpu_type", "fits_host", "shared_memories", "onto_host", "with_optimizer_costs", "validate_plan", "write_inputs", "available_cores",
            "cpu_time_profile", "load_changed", "default_warmup", "bracketed", "with_counted_bytes",
-           "work_rows", "work_drift", "WORK_DRIFT_PCT", "WAVES", "WARMUP_WAVES"]
+           "work_rows", "work_drift", "compared_work", "measured_work_slowdown", "WORK_DRIFT_PCT", "WAVES", "WARMUP_WAVES"]
 
 
 def default_warmup(waves: int) -> int:
@@ -216,10 +216,10 @@ def validate_plan(plan: Plan, *, model: str | None = None, model_kwargs: dict | 
     measurement = launch(plan, cluster, model, profile=before, model_kwargs=model_kwargs,
                          options=ExecOptions(waves=waves, warmup_waves=warmup_waves, seed=seed,
                                              slowdown=slowdown, data=data, device=device))
-    simulate = lambda on: hetsim.simulate(on, predicted_with, plan, waves=waves, warmup_waves=warmup_waves,
-                                          seed=seed, slowdown=slowdown)
+    simulate = lambda on, slowed=slowdown: hetsim.simulate(on, predicted_with, plan, waves=waves,
+                                                           warmup_waves=warmup_waves, seed=seed, slowdown=slowed)
     with _in_plan_names(names):
-        predicted_with = bracketed(before, host_profile(), plan, cluster, waves)
+        predicted_with = bracketed(before, host_profile(), plan, cluster, waves, slowdown)
         prediction = simulate(cluster)
     if inputs is not None:      # the plan as predicted: the model the run trained, which --model may name
         inputs.update(plan=replace(plan, model=model), cluster=cluster, profile=predicted_with, slowdown=slowdown,
@@ -227,6 +227,11 @@ def validate_plan(plan: Plan, *, model: str | None = None, model_kwargs: dict | 
     _annotate(measurement.training, plan, cluster, predicted_with, measurement, device)
     measurement.training["handoff_s"] = handoff_s     # part of the link latency the prediction used
     measurement.training["tp_allreduce_call_s"] = call_s     # one measured call (0: no TP stage)
+    at_measured = measured_work_slowdown(measurement, slowdown)
+    if at_measured is not None:
+        # The simulator's own share of the error: the same prediction with each rank's measured work.
+        measurement.training["predicted_samples_s_at_measured_work"] = \
+            simulate(cluster, at_measured).throughput["samples_per_s"]
     if handoff_s:
         # What the hand-off is worth in this run: the same prediction with the link's latency alone.
         node = cluster.nodes[0]
@@ -417,21 +422,23 @@ def _profile(model: str, batch: int, repeats: int, model_kwargs: dict, device: s
                                     precision=precision, **model_kwargs)
 
 
-def bracketed(before: ModelProfile, after: ModelProfile, plan: Plan, cluster: Cluster, waves: int) -> ModelProfile:
+def bracketed(before: ModelProfile, after: ModelProfile, plan: Plan, cluster: Cluster, waves: int,
+              slowdown: dict[str, float] | None = None) -> ModelProfile:
     """The mean of profiles taken just before and just after a run, for its prediction: this VM's speed
     drifts (the same 15-pass profile read 4-6% apart across one 30 s run), and the mean follows the
     speed over the run where one side of it does not. Neither profile is timed from the run itself.
-    The executor ordered a hetpipe schedule by `before`; if the mean would order it otherwise, the
-    prediction keeps `before`, so that both sides replay one schedule."""
+    The executor ordered a hetpipe schedule by `before` and the emulated `slowdown`; if the mean would
+    order it otherwise, the prediction keeps `before`, so that both sides replay one schedule."""
     from hetsim.feasibility import vw_schedule
+
+    order = lambda profile, vw: vw_schedule(plan, vw, cluster, profile.scaled_to_batch(plan.minibatch_size), waves,
+                                            slowdown=slowdown)
 
     layers = tuple(replace(b, fwd_s={k: (v + a.fwd_s[k]) / 2 for k, v in b.fwd_s.items()},
                            bwd_s={k: (v + a.bwd_s[k]) / 2 for k, v in b.bwd_s.items()})
                    for b, a in zip(before.layers, after.layers))
     mean = replace(before, layers=layers, source=before.source + "; mean of profiles before and after the run")
-    same = all(vw_schedule(plan, vw, cluster, mean.scaled_to_batch(plan.minibatch_size), waves)
-               == vw_schedule(plan, vw, cluster, before.scaled_to_batch(plan.minibatch_size), waves)
-               for vw in plan.virtual_workers)
+    same = all(order(mean, vw) == order(before, vw) for vw in plan.virtual_workers)
     return mean if same else before
 
 
@@ -456,21 +463,39 @@ def work_drift(measurement, tolerance: float = WORK_DRIFT_PCT) -> str | None:
             f"measured, {worst.error_pct:+.1f}%): the prediction's inputs, not the simulator, may explain its error")
 
 
-def work_rows(measurement) -> list:
-    """Per rank: profiled work per minibatch vs the work the executor's ranks measured (thread CPU time
-    of forward, backward and optimiser on CPU, without emulation: independent of host load; on CUDA
-    the wall time until the GPU finished them). On CUDA none for ranks sharing one GPU, whose wall time
-    holds their waits for the GPU, nor for tensor-parallel members, whose forward and backward hold
-    their all-reduces: neither tells whether the profile described the work."""
-    from hetsim.compare import Comparison
+def compared_work(measurement) -> list[tuple]:
+    """(rank, profiled work, measured work) per minibatch, in seconds, for each rank whose work can be
+    compared: thread CPU time of forward, backward and optimiser on CPU, without emulation
+    (independent of host load); on CUDA the wall time until the GPU finished them. On CUDA none for
+    ranks sharing one GPU, whose wall time holds their waits for the GPU, nor for tensor-parallel
+    members, whose forward and backward hold their all-reduces: neither tells whether the profile
+    described the work."""
     cuda = measurement.settings.get("device", "cpu") != "cpu"
     if cuda and measurement.training.get("gpu_concurrency"):
         return []
-    cpu = measurement.training["compute_work_s_per_minibatch"]
-    what = "GPU" if cuda else "CPU"
+    measured = measurement.training["compute_work_s_per_minibatch"]
+    predicted = measurement.training["predicted_work_s_per_minibatch"]
+    return [(g, predicted[g.id], measured[g.id]) for g in measurement.gpus if not (cuda and g.tp > 1)]
+
+
+def work_rows(measurement) -> list:
+    """Per rank: profiled work per minibatch vs the work the executor's ranks measured (compared_work)."""
+    from hetsim.compare import Comparison
+    what = "GPU" if measurement.settings.get("device", "cpu") != "cpu" else "CPU"
     return [Comparison(metric=f"{g.id} [{g.vw} s{g.stage}{f' tp{g.tp}' if g.tp > 1 else ''}] {what} work ms/minibatch",
-                       predicted=1e3 * measurement.training["predicted_work_s_per_minibatch"][g.id],
-                       measured=1e3 * cpu[g.id]) for g in measurement.gpus if not (cuda and g.tp > 1)]
+                       predicted=1e3 * predicted, measured=1e3 * measured)
+            for g, predicted, measured in compared_work(measurement)]
+
+
+def measured_work_slowdown(measurement, slowdown: dict[str, float] | None) -> dict[str, float] | None:
+    """Per-rank slowdowns under which the simulator charges each rank the work it measured in the run
+    (the emulated slowdown times measured over profiled work), so that a prediction made with them
+    leaves out what the profile got wrong and keeps what the simulator does: its schedule, transfers
+    and shared cores. None unless every rank's work was compared."""
+    compared = compared_work(measurement)
+    if not compared or len(compared) != len(measurement.gpus) or any(p <= 0 for _, p, _ in compared):
+        return None
+    return {g.id: (slowdown or {}).get(g.id, 1.0) * measured / predicted for g, predicted, measured in compared}
 
 
 def _refuse_bad_input(args: argparse.Namespace, plan: Plan, model_kwargs: dict) -> None:
@@ -544,6 +569,11 @@ def run(args: argparse.Namespace) -> int:
     print(f"validate: plan {plan.name} on this host ({where}), {args.waves} waves, "
           f"{measurement.settings['warmup_waves']} warm-up")
     print(format_comparison(compare_reports(prediction, measurement) + work_rows(measurement)))
+    replayed = measurement.training.get("predicted_samples_s_at_measured_work")
+    if replayed:
+        measured = measurement.throughput["samples_per_s"]
+        print(f"at the work each rank measured instead of the profile's, the simulator predicts {replayed:.1f} "
+              f"samples/s ({100 * (replayed - measured) / measured:+.1f}%): the rest of the error is the profile's")
     for note in measurement.notes[1:]:
         print(f"note: {note}")
     for warning in (load_changed(measurement), work_drift(measurement)):

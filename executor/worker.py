@@ -71,8 +71,9 @@ class Job:
             raise PlanError(f"profile: the {self.plan.schedule} schedule is ordered by the profile's costs; "
                             "pass --profile")
         profile = self.profile.scaled_to_batch(self.plan.minibatch_size) if self.profile else None
-        return [vw_schedule(self.plan, vw, self.cluster, profile, self.options.waves)
-                for vw in self.plan.virtual_workers]
+        # Ordered by the emulated devices' costs, as the simulator orders the run it predicts.
+        return [vw_schedule(self.plan, vw, self.cluster, profile, self.options.waves,
+                            slowdown=self.options.slowdown) for vw in self.plan.virtual_workers]
 
 
 def _shards(job: Job, n_layers: int) -> list:

@@ -94,3 +94,13 @@ def test_merging_validation_parts_keeps_the_last_row_of_a_plan_run_again(tmp_pat
         rows = list(csv.DictReader(f))
     assert [(r["plan"], r["error_pct"], r["handoff_us"]) for r in rows] == [
         ("s1_nm1_gpipe", "-2.0", ""), ("s2_nm2_1f1b", "3.0", "500")]     # suite order, the re-run's row
+
+
+def test_the_validation_summary_gives_the_simulators_share_of_the_error_beside_the_whole():
+    module = load("validation")
+    rows = [{"error_pct": 10.0, "error_at_measured_work_pct": -1.0}, {"error_pct": -4.0, "error_at_measured_work_pct": 3.0},
+            {"error_pct": 2.0, "error_at_measured_work_pct": ""}]       # "": that run's work was not compared
+    summary = module.summarise(rows, {})
+    assert (summary["median_abs_error_pct"], summary["max_abs_error_pct"]) == (4.0, 10.0)
+    assert summary["at_measured_work"] == {"median_abs_error_pct": 2.0, "max_abs_error_pct": 3.0}
+    assert "at_measured_work" not in module.summarise([{"error_pct": 1.0}], {})

@@ -13,7 +13,7 @@ cores our processes get (the host's, minus other load), the stages' co-located w
 latency and bandwidth are measured before it, so the prediction describes the host as that run
 finds it: this VM's speed drifts by up to 10% over minutes, and one profile for the whole suite once
 made most plans up to 12 points more optimistic.
-Target: median |throughput error| <= 5%, max <= 10%. The script reports whether it was met and exits
+Target: median |throughput error| <= 3%, max <= 8%. The script reports whether it was met and exits
 1 if not, after writing its results. Timings depend on the host being otherwise idle. A run is flagged
 (a warning, and `work_drift` in the table) when a rank's measured CPU work per minibatch differs from
 the profile's prediction by more than executor.validate.WORK_DRIFT_PCT.
@@ -40,7 +40,7 @@ from executor.validate import (WAVES, WORK_DRIFT_PCT, default_warmup, load_chang
 from hetsim.compare import compare_reports  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
-MEDIAN_TOL, MAX_TOL = 5.0, 10.0
+MEDIAN_TOL, MAX_TOL = 3.0, 8.0
 MINIBATCHES = 60                  # per VW and run, at least
 
 
@@ -67,7 +67,8 @@ def row(case, prediction, measurement) -> dict:
            "cores_after": measurement.training.get("cores_available", {}).get("after", ""),
            "predicted_samples_s": round(tp.predicted, 1), "measured_samples_s": round(tp.measured, 1),
            "error_pct": round(tp.error_pct, 1),
-           "error_without_handoff_pct": _without_handoff(measurement, tp.measured)}
+           "error_without_handoff_pct": _without_handoff(measurement, tp.measured),
+           "error_at_measured_work_pct": _at_measured_work(measurement, tp.measured)}
     work = work_rows(measurement)
     errors = [abs(w.error_pct) for w in work if w.error_pct is not None]
     out["cpu_work_max_abs_error_pct"] = round(max(errors), 1) if errors else ""
@@ -82,6 +83,13 @@ def _without_handoff(measurement, measured: float):
     """The run's error if its prediction had left out the scheduler's hand-off delay ("" with none)."""
     alone = measurement.training.get("predicted_samples_s_without_handoff")
     return round(100 * (alone - measured) / measured, 1) if alone else ""
+
+
+def _at_measured_work(measurement, measured: float):
+    """The run's error had the prediction charged each rank the work it measured in the run ("" where
+    that work could not be compared): the simulator's own share of the error."""
+    replayed = measurement.training.get("predicted_samples_s_at_measured_work")
+    return round(100 * (replayed - measured) / measured, 1) if replayed else ""
 
 
 def _median_run(runs: list[tuple[dict, str | None]]) -> dict:
@@ -171,7 +179,7 @@ def main(argv=None) -> int:
                 tqdm.write(f"  warning: {warning}")
     summary = summarise(rows, {
         "waves": args.waves or f"max({WAVES}, {MINIBATCHES} / Nm)", "repeats": args.repeats,
-        "host": {"cores": os.cpu_count(), "machine": platform.machine(), "load_avg_1min": load},
+        "host": {"cores": os.cpu_count(), "machine": platform.machine(), "cpu": _cpu_model(), "load_avg_1min": load},
         "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
         "warmup_waves": args.warmup_waves if args.warmup_waves is not None else "default_warmup(waves)",
         "quick": args.quick, "device": _device_name(args.device), "only": args.only})
@@ -182,16 +190,34 @@ def main(argv=None) -> int:
     return verdict(summary)
 
 
+def _cpu_model() -> str:
+    """The host's CPU as /proc/cpuinfo names it (family and model numbers where the name is generic)."""
+    try:
+        info = {key.strip(): value for key, value in (line.split(":", 1) for line in
+                open("/proc/cpuinfo").read().split("\n\n")[0].splitlines() if ":" in line)}
+    except OSError:
+        return platform.processor()
+    get = lambda key: info.get(key, "").strip()
+    return f"{get('model name')} (family {get('cpu family')}, model {get('model')})"
+
+
 def summarise(rows: list[dict], extra: dict) -> dict:
     errors = [abs(r["error_pct"]) for r in rows]
+    replayed = [abs(r["error_at_measured_work_pct"]) for r in rows if r.get("error_at_measured_work_pct") not in ("", None)]
+    at_measured = ({"at_measured_work": {"median_abs_error_pct": statistics.median(replayed),
+                                         "max_abs_error_pct": max(replayed)}} if replayed else {})
     return {"plans": len(rows), "median_abs_error_pct": statistics.median(errors), "max_abs_error_pct": max(errors),
-            "targets": {"median": MEDIAN_TOL, "max": MAX_TOL}, **extra}
+            "targets": {"median": MEDIAN_TOL, "max": MAX_TOL}, **at_measured, **extra}
 
 
 def verdict(summary: dict) -> int:
     ok = summary["median_abs_error_pct"] <= MEDIAN_TOL and summary["max_abs_error_pct"] <= MAX_TOL
     print(f"median |error| {summary['median_abs_error_pct']:.1f}% (target {MEDIAN_TOL}%), max "
           f"{summary['max_abs_error_pct']:.1f}% (target {MAX_TOL}%): {'met' if ok else 'NOT met'}")
+    if "at_measured_work" in summary:
+        print(f"at the work each rank measured (the simulator's share): median |error| "
+              f"{summary['at_measured_work']['median_abs_error_pct']:.1f}%, max "
+              f"{summary['at_measured_work']['max_abs_error_pct']:.1f}%")
     return 0 if ok else 1
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from exec_helpers import mlp_plan
-from executor.validate import host_cluster, onto_host, with_optimizer_costs
+from executor.validate import bracketed, host_cluster, onto_host, with_optimizer_costs
 from hetsim.compare import compare_reports, format_comparison, percent_error
 from hetsim.plan import Plan, StageSpec, SyncSpec, VirtualWorker
 from hetsim.profile import LayerProfile, ModelProfile
@@ -196,6 +196,43 @@ def test_a_mean_profile_that_would_reorder_a_hetpipe_schedule_is_not_used():
     assert drifted is not before and drifted.layers[0].fwd_s["cpu"] == pytest.approx(1.05)
 
 
+def test_the_executor_orders_a_hetpipe_schedule_by_the_emulated_slowdown_as_the_simulator_does():
+    # A rank emulated 2x slow costs its stage twice the profile's time in the run: the executor orders
+    # its hetpipe schedule by those costs, as the prediction of that run does (hetsim.simulate).
+    from executor import ExecOptions
+    from executor.worker import Job
+    from hetsim.feasibility import vw_schedule
+    plan, cluster, before = _two_stage_plan("hetpipe"), host_cluster(2, 2, 1e9, 0.0), _two_layers([1.0, 0.5], [2.0, 1.0])
+    slow = {"host/gpu1": 2.0}
+    order = lambda s: vw_schedule(plan, plan.virtual_workers[0], cluster, before, 4, slowdown=s)
+    assert order(slow) != order(None)
+    job = lambda s: Job(plan=plan, cluster=cluster, model="m", options=ExecOptions(waves=4, slowdown=s), profile=before)
+    assert job(slow).schedules() == [order(slow)] and job({}).schedules() == [order(None)]
+    # The mean profile is kept only where it orders the slowed run as `before` did.
+    after = _two_layers([1.2, 0.5], [2.4, 1.0])
+    assert bracketed(before, after, plan, cluster, waves=4) is not before
+    assert bracketed(before, after, plan, cluster, waves=4, slowdown=slow) is before
+
+
+def test_the_work_each_rank_measured_becomes_per_rank_slowdowns_for_the_simulators_share_of_the_error():
+    from types import SimpleNamespace
+
+    from executor.validate import measured_work_slowdown
+    gpus = [SimpleNamespace(id=f"host/gpu{i}", vw="vw0", stage=i, tp=1) for i in range(2)]
+    report = lambda device="cpu", shared=None: SimpleNamespace(gpus=gpus, settings={"device": device}, training={
+        "predicted_work_s_per_minibatch": {"host/gpu0": 0.100, "host/gpu1": 0.050},
+        "compute_work_s_per_minibatch": {"host/gpu0": 0.120, "host/gpu1": 0.040},
+        **({"gpu_concurrency": shared} if device != "cpu" else {})})
+    # Measured over profiled work, times the rank's emulated slowdown (its measured work leaves the
+    # emulation out, as the profile does).
+    assert measured_work_slowdown(report(), {"host/gpu1": 2.0}) == pytest.approx({"host/gpu0": 1.2, "host/gpu1": 1.6})
+    assert measured_work_slowdown(report(), None) == pytest.approx({"host/gpu0": 1.2, "host/gpu1": 0.8})
+    # Not where some rank's work is not compared: ranks sharing a GPU, or a GPU tensor-parallel member.
+    assert measured_work_slowdown(report("cuda", shared=1.5), None) is None
+    gpus[1].tp = 2
+    assert measured_work_slowdown(report("cuda"), None) is None and measured_work_slowdown(report(), None)
+
+
 def test_validate_plan_predicts_from_profiles_on_both_sides_of_the_run(tmp_path, capsys, monkeypatch):
     import json
     import shlex
@@ -227,6 +264,9 @@ def test_validate_plan_predicts_from_profiles_on_both_sides_of_the_run(tmp_path,
     # A single-threaded rank cannot finish minibatches faster than its thread does their CPU work.
     cpu = measurement.training["compute_work_s_per_minibatch"]["host/gpu0"]
     assert 0 < measurement.throughput["minibatches_per_s"] * cpu <= 1
+    # At the work the rank measured, the same closed form: one minibatch per measured work.
+    replayed = measurement.training["predicted_samples_s_at_measured_work"]
+    assert replayed == pytest.approx(plan.minibatch_size / cpu, rel=1e-9)
     # Both reports' shared sections come from one builder (hetsim.report_sections): same fields.
     for section in ("throughput", "window", "staleness", "sync"):
         assert getattr(prediction, section).keys() == getattr(measurement, section).keys(), section
