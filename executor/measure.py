@@ -45,7 +45,7 @@ def build_measured_report(job, layout: RankLayout, records: list[RankRecord], sc
         kind="measurement", plan=plan.to_dict(), cluster=job.cluster.name, model=job.model,
         profile_source=f"measured by the executor (torch.distributed, {records[0].backend})",
         settings=_settings(opts, plan, records[0].backend), gpus=_gpus(job, layout, records, clipped, end - start),
-        links=[], notes=_notes(opts, plan.sync.mode), training=_training(layout, records, clipped, origin, start, end),
+        links=[], notes=_notes(opts, plan.sync.mode), training=_training(plan, layout, records, clipped, origin, start, end),
         losses=_loss_curve(records, origin), **run_sections(plan, run))
     if opts.trace:
         report.trace = _trace(job, layout, records, origin)
@@ -110,9 +110,10 @@ def _notes(opts, sync_mode: str) -> list[str]:
     return notes
 
 
-def _training(layout: RankLayout, records, clipped, origin: float, start: float, end: float) -> dict:
+def _training(plan, layout: RankLayout, records, clipped, origin: float, start: float, end: float) -> dict:
     losses = sorted(x for r in records for x in r.losses)
-    work = {layout.roles[r.rank].gpu: _work_per_minibatch(r, origin, start, end)
+    chunks = lambda role: plan.virtual_workers[role.vw].chunks
+    work = {layout.roles[r.rank].gpu: _work_per_minibatch(r, origin, start, end, chunks(layout.roles[r.rank]))
             for r in records if layout.roles[r.rank].kind == "stage"}
     return {"losses": [list(x) for x in losses],
             "compute_work_s_per_minibatch": work,
@@ -136,12 +137,13 @@ def _loss_curve(records, origin: float) -> list[tuple[int, int, float, float]]:
     return sorted(curve, key=lambda x: (x[2], x[0], x[1]))
 
 
-def _work_per_minibatch(rec: RankRecord, origin: float, start: float, end: float) -> float:
+def _work_per_minibatch(rec: RankRecord, origin: float, start: float, end: float, chunks: int = 1) -> float:
     """Seconds of one minibatch's forward, backward and optimiser work on a rank (thread CPU seconds
-    on CPU, GPU seconds on CUDA; emulation's spin excluded): per kind
-    of action, its mean in the window times how often it comes per backward in the whole run (so an
-    optimiser step per wave counts 1/Nm). Summing the window's CPU instead and dividing by the rate
-    miscounts by up to a minibatch's work at each edge of the window."""
+    on CPU, GPU seconds on CUDA; emulation's spin excluded), over all `chunks` model chunks it holds:
+    per kind of action, its mean in the window times how often it comes per minibatch in the whole
+    run (so an optimiser step per wave counts 1/Nm; a rank of an interleaved schedule runs a backward
+    per chunk and minibatch). Summing the window's CPU instead and dividing by the rate miscounts by
+    up to a minibatch's work at each edge of the window."""
     kinds: dict[str, list[float]] = {}
     counts: dict[str, int] = {}
     for t, name, seconds in rec.work:
@@ -150,9 +152,9 @@ def _work_per_minibatch(rec: RankRecord, origin: float, start: float, end: float
         if start < rec.wall(t) - origin <= end:
             kinds.setdefault(kind, []).append(seconds)
     # One backward per minibatch: "B", or "I" where ZB-H1 splits it into input (I) and weight (W) halves.
-    minibatches = counts.get("B", 0) + counts.get("I", 0) or 1
-    per_backward = {kind: n / minibatches for kind, n in counts.items()}
-    return sum(sum(v) / len(v) * per_backward[kind] for kind, v in kinds.items())
+    minibatches = (counts.get("B", 0) + counts.get("I", 0)) / chunks or 1
+    per_minibatch = {kind: n / minibatches for kind, n in counts.items()}
+    return sum(sum(v) / len(v) * per_minibatch[kind] for kind, v in kinds.items())
 
 
 def _sdpipe_groups(records) -> dict:

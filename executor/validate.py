@@ -228,10 +228,11 @@ def validate_plan(plan: Plan, *, model: str | None = None, model_kwargs: dict | 
     measurement.training["handoff_s"] = handoff_s     # part of the link latency the prediction used
     measurement.training["tp_allreduce_call_s"] = call_s     # one measured call (0: no TP stage)
     at_measured = measured_work_slowdown(measurement, slowdown)
-    if at_measured is not None:
+    if at_measured is not None and _orders_agree(plan, cluster, predicted_with, waves, slowdown, at_measured):
         # The simulator's own share of the error: the same prediction with each rank's measured work.
-        measurement.training["predicted_samples_s_at_measured_work"] = \
-            simulate(cluster, at_measured).throughput["samples_per_s"]
+        with _in_plan_names(names):
+            measurement.training["predicted_samples_s_at_measured_work"] = \
+                simulate(cluster, at_measured).throughput["samples_per_s"]
     if handoff_s:
         # What the hand-off is worth in this run: the same prediction with the link's latency alone.
         node = cluster.nodes[0]
@@ -328,9 +329,14 @@ def _annotate(training: dict, plan: Plan, cluster, profile: ModelProfile, measur
     """What a reader of the measurement needs beside it to judge the prediction: each rank's
     predicted work, how far the measured work drifted from it, and the host's state around the run."""
     key, node = cluster.gpus[0].type.name, cluster.nodes[0]
-    training["predicted_work_s_per_minibatch"] = {   # a TP member's: the stage's over t
-        g: sum(profile.stage_times(key, *s.layers)) / s.tp * node.colocated_work
-        for vw in plan.virtual_workers for s in vw.stages for g in s.members}
+    # As the simulator charges it (hetsim.sim.world.Device): x colocated_work where ranks share cores.
+    colocated = node.colocated_work if node.shared_cores else 1.0
+    work: dict[str, float] = {}
+    for vw in plan.virtual_workers:
+        for s in vw.stages:             # a rank of an interleaved schedule holds several chunks
+            for g in s.members:         # a TP member's: the stage's over t
+                work[g] = work.get(g, 0.0) + sum(profile.stage_times(key, *s.layers)) / s.tp * colocated
+    training["predicted_work_s_per_minibatch"] = work
     if device != "cpu":
         training["gpu_concurrency"] = node.shared_cores
     errors = [abs(w.error_pct) for w in work_rows(measurement) if w.error_pct is not None]
@@ -442,6 +448,18 @@ def bracketed(before: ModelProfile, after: ModelProfile, plan: Plan, cluster: Cl
     return mean if same else before
 
 
+def _orders_agree(plan: Plan, cluster: Cluster, profile: ModelProfile, waves: int, slowdown, other) -> bool:
+    """Whether per-GPU slowdowns `other` leave a cost-ordered (hetpipe) schedule as `slowdown` orders
+    it: a prediction with them would otherwise replay another schedule than the run."""
+    from hetsim.feasibility import vw_schedule
+
+    if not schedule_kind(plan.schedule).needs_costs:
+        return True
+    profile = profile.scaled_to_batch(plan.minibatch_size)
+    return all(vw_schedule(plan, vw, cluster, profile, waves, slowdown=slowdown)
+               == vw_schedule(plan, vw, cluster, profile, waves, slowdown=other) for vw in plan.virtual_workers)
+
+
 def load_changed(measurement, tolerance: float = LOAD_TOLERANCE) -> str | None:
     """A warning when the cores our ranks could get differed before and after the run."""
     cores = measurement.training.get("cores_available")
@@ -491,9 +509,11 @@ def measured_work_slowdown(measurement, slowdown: dict[str, float] | None) -> di
     """Per-rank slowdowns under which the simulator charges each rank the work it measured in the run
     (the emulated slowdown times measured over profiled work), so that a prediction made with them
     leaves out what the profile got wrong and keeps what the simulator does: its schedule, transfers
-    and shared cores. None unless every rank's work was compared."""
+    and shared cores. None unless every rank's work was compared, and for tensor-parallel plans,
+    whose members' measured passes hold their all-reduces, which the simulator charges again."""
     compared = compared_work(measurement)
-    if not compared or len(compared) != len(measurement.gpus) or any(p <= 0 for _, p, _ in compared):
+    if (not compared or len(compared) != len(measurement.gpus) or any(g.tp > 1 for g in measurement.gpus)
+            or any(p <= 0 or m <= 0 for _, p, m in compared)):
         return None
     return {g.id: (slowdown or {}).get(g.id, 1.0) * measured / predicted for g, predicted, measured in compared}
 

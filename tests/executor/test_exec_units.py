@@ -145,6 +145,9 @@ def test_work_per_minibatch_counts_each_kind_once_per_minibatch_whatever_the_win
         t += 0.5
     # The window cuts between a forward and its backward at both ends.
     assert _work_per_minibatch(rec, 0.0, 5.5, 24.5) == pytest.approx(0.010 + 0.020 + 0.004 / 2)
+    # Read as a rank holding two chunks of an interleaved schedule (a forward and a backward per chunk
+    # and minibatch), the same record is half as many minibatches, each twice the work.
+    assert _work_per_minibatch(rec, 0.0, 5.5, 24.5, chunks=2) == pytest.approx(2 * (0.010 + 0.020) + 0.004)
 
 
 def _exit_with(code: int) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from exec_helpers import mlp_plan
@@ -227,10 +229,39 @@ def test_the_work_each_rank_measured_becomes_per_rank_slowdowns_for_the_simulato
     # emulation out, as the profile does).
     assert measured_work_slowdown(report(), {"host/gpu1": 2.0}) == pytest.approx({"host/gpu0": 1.2, "host/gpu1": 1.6})
     assert measured_work_slowdown(report(), None) == pytest.approx({"host/gpu0": 1.2, "host/gpu1": 0.8})
-    # Not where some rank's work is not compared: ranks sharing a GPU, or a GPU tensor-parallel member.
+    # Not where some rank's work is not compared (ranks sharing a GPU), nor for a tensor-parallel plan,
+    # whose members' measured passes hold the all-reduces the simulator charges again.
     assert measured_work_slowdown(report("cuda", shared=1.5), None) is None
     gpus[1].tp = 2
-    assert measured_work_slowdown(report("cuda"), None) is None and measured_work_slowdown(report(), None)
+    assert measured_work_slowdown(report("cuda"), None) is None and measured_work_slowdown(report(), None) is None
+
+
+def test_the_prediction_at_measured_work_is_left_out_where_it_would_reorder_a_hetpipe_schedule():
+    from executor.validate import _orders_agree
+    plan, cluster, before = _two_stage_plan("hetpipe"), host_cluster(2, 2, 1e9, 0.0), _two_layers([1.0, 0.5], [2.0, 1.0])
+    assert _orders_agree(plan, cluster, before, 4, {}, {"host/gpu0": 1.1, "host/gpu1": 1.1})
+    assert not _orders_agree(plan, cluster, before, 4, {}, {"host/gpu1": 2.0})
+    assert _orders_agree(_two_stage_plan("1f1b"), cluster, before, 4, {}, {"host/gpu1": 2.0})   # no cost order
+
+
+def test_a_ranks_predicted_work_adds_up_every_chunk_it_holds():
+    # Interleaved 1F1B: stages 0 and 2 on gpu0, 1 and 3 on gpu1; the rank's work is both chunks'.
+    from executor.validate import _annotate
+    layers = tuple(LayerProfile(name=f"l{i}", kind="Linear", param_bytes=4, output_bytes=4,
+                                fwd_s={"cpu": 0.001 * (i + 1)}, bwd_s={"cpu": 0.002 * (i + 1)}) for i in range(4))
+    profile = ModelProfile(model="m", batch_size=1, layers=layers, edges=((0, 1), (1, 2), (2, 3)), input_bytes=4)
+    plan = Plan(name="p", model="m", minibatch_size=1, nm=4, schedule="1f1b-interleaved", sync=SyncSpec(),
+                virtual_workers=(VirtualWorker(name="vw0", stages=tuple(
+                    StageSpec(gpu=f"host/gpu{j % 2}", layers=(j, j + 1)) for j in range(4))),))
+    training = {"compute_work_s_per_minibatch": {"host/gpu0": 0.012, "host/gpu1": 0.018}}
+    measurement = SimpleNamespace(gpus=[SimpleNamespace(id=f"host/gpu{i}", vw="vw0", stage=i, tp=1) for i in range(2)],
+                                  settings={"device": "cpu"}, training=training)
+    _annotate(training, plan, host_cluster(2, 2, 1e9, 0.0, colocated_work=1.5), profile, measurement, "cpu")
+    assert training["predicted_work_s_per_minibatch"] == pytest.approx({"host/gpu0": 1.5 * 0.012, "host/gpu1": 1.5 * 0.018})
+    assert training["cpu_work_drift"]["max_abs_error_pct"] == pytest.approx(50.0)     # each measured 1/1.5 of it
+    # Processes with a GPU each do not share cores: the simulator charges no co-located factor then.
+    _annotate(training, plan, host_cluster(2, None, 1e9, 0.0, colocated_work=1.5), profile, measurement, "cuda")
+    assert training["predicted_work_s_per_minibatch"] == pytest.approx({"host/gpu0": 0.012, "host/gpu1": 0.018})
 
 
 def test_validate_plan_predicts_from_profiles_on_both_sides_of_the_run(tmp_path, capsys, monkeypatch):
