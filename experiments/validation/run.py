@@ -1,11 +1,11 @@
 """Run the validation suite: predict each plan with a profile measured on this host, execute it,
 and write a table and a predicted-vs-measured plot under experiments/results/.
 
-    python experiments/validation/run.py            # every plan (30; about 20 minutes on 2 idle cores)
+    python experiments/validation/run.py            # every plan (38; about 25 minutes on 2 cores)
     python experiments/validation/run.py --quick    # five plans, fewer waves
-    python experiments/validation/run.py --repeats 3  # each plan run 3 times, the median kept (~1 hour)
-    python experiments/validation/run.py --only s3_nm3_1f1b_slowlast2 ... --stem validation_extended
-        # some plans (suite.shape_cases, suite.zoo_cases), written to experiments/results/validation_extended.*
+    python experiments/validation/run.py --repeats 3  # each plan run 3 times, the median kept (~75 minutes)
+    python experiments/validation/run.py --only s3_nm3_1f1b_slowlast2 ... --stem NAME
+        # some plans, written to experiments/results/NAME.*; --merge joins such parts into one table
 
 Around every run of a plan, as `hetsim validate` does, the model is profiled (per-layer CPU seconds,
 15 passes, about 1.5 s, just before and just after the run; the prediction uses their mean) and the
@@ -142,7 +142,7 @@ def main(argv=None) -> int:
                    help="also write each run's prediction inputs (plan, cluster, profile, the simulate command) "
                         "under DIR/PLAN (DIR/PLAN_runK with --repeats)")
     p.add_argument("--stem", default=None, help="name of the files written (default: validation, with _cuda, "
-                   "_quick and _part as chosen), e.g. validation_extended for runs of the extended cases")
+                   "_quick and _part as chosen)")
     args = p.parse_args(argv)
     if args.merge:
         return merge(args.merge, Path(args.out), args.stem or "validation" + ("_cuda" if args.device != "cpu" else ""))
