@@ -48,6 +48,18 @@ def test_sdpipe_groups_are_summarised_in_the_text_report(capsys, tmp_path):
     assert "sdpipe groups (period 1): 6 formed, mean size 2.00 (size 2: 6); all pipelines connected 6 times" in out
 
 
+def test_the_text_report_names_busy_links_only_where_the_report_has_some(tmp_path):
+    import dataclasses
+
+    from hetsim.cli.simulate import format_report
+    from hetsim.plan import plan_from_dict
+    (tmp_path / "c.yaml").write_text(CLUSTER)
+    report = hetsim.simulate(str(tmp_path / "c.yaml"), "vgg19_b32_analytic", plan_from_dict(dict(PLAN, nm=1)), waves=4)
+    assert "busiest links: " in format_report(report)
+    # A measurement (the executor's report) records no link utilisation: no empty line for it.
+    assert "busiest links" not in format_report(dataclasses.replace(report, links=[]))
+
+
 def test_out_writes_report_tables_trace_and_figures(capsys, tmp_path):
     code, out, _ = run_cli(capsys, "simulate", "--waves", "4", "--out", str(tmp_path))
     assert code == 0

@@ -179,7 +179,8 @@ def format_report(report: Report) -> str:
     if report.sync.get("mode") == "sdpipe" and "group_size" in report.sync:
         lines.append(_sdpipe_line(report.sync))
     busiest = sorted(report.links, key=lambda l: -l.utilisation)[:4]
-    lines.append("busiest links: " + ", ".join(f"{l.id} {l.utilisation:.0%}" for l in busiest))
+    if busiest:     # a measurement records no link utilisation
+        lines.append("busiest links: " + ", ".join(f"{l.id} {l.utilisation:.0%}" for l in busiest))
     if report.time_to_accuracy:
         from hetsim.convergence import format_time_to_accuracy
         lines.append(format_time_to_accuracy(report.time_to_accuracy))
