@@ -435,29 +435,26 @@ def bracketed(before: ModelProfile, after: ModelProfile, plan: Plan, cluster: Cl
     speed over the run where one side of it does not. Neither profile is timed from the run itself.
     The executor ordered a hetpipe schedule by `before` and the emulated `slowdown`; if the mean would
     order it otherwise, the prediction keeps `before`, so that both sides replay one schedule."""
-    from hetsim.feasibility import vw_schedule
-
-    order = lambda profile, vw: vw_schedule(plan, vw, cluster, profile.scaled_to_batch(plan.minibatch_size), waves,
-                                            slowdown=slowdown)
-
     layers = tuple(replace(b, fwd_s={k: (v + a.fwd_s[k]) / 2 for k, v in b.fwd_s.items()},
                            bwd_s={k: (v + a.bwd_s[k]) / 2 for k, v in b.bwd_s.items()})
                    for b, a in zip(before.layers, after.layers))
     mean = replace(before, layers=layers, source=before.source + "; mean of profiles before and after the run")
-    same = all(order(mean, vw) == order(before, vw) for vw in plan.virtual_workers)
+    same = _schedules(plan, cluster, mean, waves, slowdown) == _schedules(plan, cluster, before, waves, slowdown)
     return mean if same else before
 
 
 def _orders_agree(plan: Plan, cluster: Cluster, profile: ModelProfile, waves: int, slowdown, other) -> bool:
     """Whether per-GPU slowdowns `other` leave a cost-ordered (hetpipe) schedule as `slowdown` orders
     it: a prediction with them would otherwise replay another schedule than the run."""
-    from hetsim.feasibility import vw_schedule
+    return (not schedule_kind(plan.schedule).needs_costs
+            or _schedules(plan, cluster, profile, waves, slowdown) == _schedules(plan, cluster, profile, waves, other))
 
-    if not schedule_kind(plan.schedule).needs_costs:
-        return True
-    profile = profile.scaled_to_batch(plan.minibatch_size)
-    return all(vw_schedule(plan, vw, cluster, profile, waves, slowdown=slowdown)
-               == vw_schedule(plan, vw, cluster, profile, waves, slowdown=other) for vw in plan.virtual_workers)
+
+def _schedules(plan: Plan, cluster: Cluster, profile: ModelProfile, waves: int, slowdown) -> list:
+    """Every VW's schedule as the executor and the simulator build it from this profile and slowdown."""
+    from hetsim.feasibility import vw_schedule
+    at_batch = profile.scaled_to_batch(plan.minibatch_size)
+    return [vw_schedule(plan, vw, cluster, at_batch, waves, slowdown=slowdown) for vw in plan.virtual_workers]
 
 
 def load_changed(measurement, tolerance: float = LOAD_TOLERANCE) -> str | None:
