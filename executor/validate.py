@@ -558,7 +558,7 @@ def run(args: argparse.Namespace) -> int:
     from executor.__main__ import model_kwargs
     from hetsim.cli.progress import still_running
     from hetsim.cli.simulate import parse_slowdowns
-    from hetsim.compare import compare_reports, format_comparison
+    from hetsim.compare import compare_reports, format_comparison, percent_error
 
     plan = hetsim.load_plan(args.plan)
     _refuse_bad_input(args, plan, model_kwargs(args.model_arg))
@@ -588,9 +588,9 @@ def run(args: argparse.Namespace) -> int:
     print(format_comparison(compare_reports(prediction, measurement) + work_rows(measurement)))
     replayed = measurement.training.get("predicted_samples_s_at_measured_work")
     if replayed:
-        measured = measurement.throughput["samples_per_s"]
+        error = percent_error(replayed, measurement.throughput["samples_per_s"])
         print(f"at the work each rank measured instead of the profile's, the simulator predicts {replayed:.1f} "
-              f"samples/s ({100 * (replayed - measured) / measured:+.1f}%): the rest of the error is the profile's")
+              f"samples/s ({error:+.1f}%): the rest of the error is the profile's")
     for note in measurement.notes[1:]:
         print(f"note: {note}")
     for warning in (load_changed(measurement), work_drift(measurement)):

@@ -37,7 +37,7 @@ from suite import BATCH, CUDA_BATCH, CUDA_MODEL_KWARGS, MODEL_KWARGS, cases  # n
 
 from executor.validate import (WAVES, WORK_DRIFT_PCT, default_warmup, load_changed, validate_plan,  # noqa: E402
                                  work_drift, work_rows, write_inputs)
-from hetsim.compare import compare_reports  # noqa: E402
+from hetsim.compare import compare_reports, percent_error  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 MEDIAN_TOL, MAX_TOL = 3.0, 8.0
@@ -67,8 +67,10 @@ def row(case, prediction, measurement) -> dict:
            "cores_after": measurement.training.get("cores_available", {}).get("after", ""),
            "predicted_samples_s": round(tp.predicted, 1), "measured_samples_s": round(tp.measured, 1),
            "error_pct": round(tp.error_pct, 1),
-           "error_without_handoff_pct": _without_handoff(measurement, tp.measured),
-           "error_at_measured_work_pct": _at_measured_work(measurement, tp.measured)}
+           # The run's error had the prediction left out the scheduler's hand-off delay, and had it
+           # charged each rank the work it measured (the simulator's own share); "" where not made.
+           "error_without_handoff_pct": _error_of(measurement, "predicted_samples_s_without_handoff", tp.measured),
+           "error_at_measured_work_pct": _error_of(measurement, "predicted_samples_s_at_measured_work", tp.measured)}
     work = work_rows(measurement)
     errors = [abs(w.error_pct) for w in work if w.error_pct is not None]
     out["cpu_work_max_abs_error_pct"] = round(max(errors), 1) if errors else ""
@@ -79,17 +81,10 @@ def row(case, prediction, measurement) -> dict:
     return out
 
 
-def _without_handoff(measurement, measured: float):
-    """The run's error if its prediction had left out the scheduler's hand-off delay ("" with none)."""
-    alone = measurement.training.get("predicted_samples_s_without_handoff")
-    return round(100 * (alone - measured) / measured, 1) if alone else ""
-
-
-def _at_measured_work(measurement, measured: float):
-    """The run's error had the prediction charged each rank the work it measured in the run ("" where
-    that work could not be compared): the simulator's own share of the error."""
-    replayed = measurement.training.get("predicted_samples_s_at_measured_work")
-    return round(100 * (replayed - measured) / measured, 1) if replayed else ""
+def _error_of(measurement, key: str, measured: float):
+    """The run's error for the other prediction validate recorded under `key` ("" where it made none)."""
+    other = measurement.training.get(key)
+    return round(percent_error(other, measured), 1) if other else ""
 
 
 def _median_run(runs: list[tuple[dict, str | None]]) -> dict:

@@ -126,8 +126,6 @@ def test_optimizer_costs_are_added_to_each_layers_backward():
 
 
 def test_a_change_of_host_load_during_a_run_is_flagged():
-    from types import SimpleNamespace
-
     from executor.validate import load_changed
     steady = SimpleNamespace(training={"cores_available": {"before": 1.99, "after": 1.95}})
     loaded = SimpleNamespace(training={"cores_available": {"before": 1.99, "after": 1.2}})
@@ -136,8 +134,6 @@ def test_a_change_of_host_load_during_a_run_is_flagged():
 
 
 def test_a_rank_whose_cpu_work_drifts_from_the_profile_beyond_the_max_error_target_is_flagged():
-    from types import SimpleNamespace
-
     from executor.validate import WORK_DRIFT_PCT, work_drift
     gpus = [SimpleNamespace(id=f"host/gpu{i}", vw="vw0", stage=i, tp=1) for i in range(2)]
     report = lambda measured, device="cpu", shared=None: SimpleNamespace(gpus=gpus, settings={"device": device}, training={
@@ -217,8 +213,6 @@ def test_the_executor_orders_a_hetpipe_schedule_by_the_emulated_slowdown_as_the_
 
 
 def test_the_work_each_rank_measured_becomes_per_rank_slowdowns_for_the_simulators_share_of_the_error():
-    from types import SimpleNamespace
-
     from executor.validate import measured_work_slowdown
     gpus = [SimpleNamespace(id=f"host/gpu{i}", vw="vw0", stage=i, tp=1) for i in range(2)]
     report = lambda device="cpu", shared=None: SimpleNamespace(gpus=gpus, settings={"device": device}, training={
