@@ -506,10 +506,11 @@ def measured_work_slowdown(measurement, slowdown: dict[str, float] | None) -> di
     """Per-rank slowdowns under which the simulator charges each rank the work it measured in the run
     (the emulated slowdown times measured over profiled work), so that a prediction made with them
     leaves out what the profile got wrong and keeps what the simulator does: its schedule, transfers
-    and shared cores. None unless every rank's work was compared, and for tensor-parallel plans,
-    whose members' measured passes hold their all-reduces, which the simulator charges again."""
+    and shared cores. None unless every rank's work was compared (compared_work): a tensor-parallel
+    member's is on CPU, whose thread CPU seconds leave out gloo's all-reduces (they run on gloo's own
+    threads while the caller waits), but not on CUDA, whose passes' GPU time holds them."""
     compared = compared_work(measurement)
-    if (not compared or len(compared) != len(measurement.gpus) or any(g.tp > 1 for g in measurement.gpus)
+    if (not compared or len(compared) != len(measurement.gpus)
             or any(p <= 0 or m <= 0 for _, p, m in compared)):
         return None
     return {g.id: (slowdown or {}).get(g.id, 1.0) * measured / predicted for g, predicted, measured in compared}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import math
+import time
 import pytest
 import torch
 import torch.distributed as dist
@@ -272,6 +273,21 @@ def test_the_collective_probe_times_the_executors_all_reduce_between_processes()
     assert 1e-5 < collective_call(393216, 2, calls=5, busy_s=0.002) < 0.1
 
 
+def _wait_in_all_reduce(rank: int, comm: TPComm) -> dict:
+    if rank == 1:
+        time.sleep(0.3)                         # member 0 waits for member 1 inside its call
+    wall, cpu = time.perf_counter(), time.thread_time()
+    comm.all_reduce(torch.ones(1_000_000))
+    return {"wall": time.perf_counter() - wall, "cpu": time.thread_time() - cpu}
+
+
+def test_a_members_thread_cpu_seconds_leave_out_its_gloo_all_reduces(tmp_path):
+    # What lets validate compare a TP member's measured CPU work with the profile's share and predict
+    # at it: gloo reduces on its own threads while the caller waits, off the caller's thread clock.
+    waited = _spawn(_wait_in_all_reduce, tmp_path)[0]
+    assert waited["wall"] > 0.2 and waited["cpu"] < 0.05
+
+
 def test_validate_compares_a_tp_plan_member_by_member():
     from executor.validate import validate_plan, work_rows
     from hetsim.compare import compare_reports
@@ -295,3 +311,5 @@ def test_validate_compares_a_tp_plan_member_by_member():
     metrics = [r.metric for r in compare_reports(prediction, measurement) + work_rows(measurement)]
     assert "host/gpu2 [vw0 s1] compute ms/minibatch" in metrics
     assert "host/gpu2 [vw0 s1 tp2] CPU work ms/minibatch" in metrics
+    # Each member's measured work is compared, so the run is also predicted at it.
+    assert measurement.training["predicted_samples_s_at_measured_work"] > 0
