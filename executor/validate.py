@@ -334,8 +334,9 @@ def _annotate(training: dict, plan: Plan, cluster, profile: ModelProfile, measur
     work: dict[str, float] = {}
     for vw in plan.virtual_workers:
         for s in vw.stages:             # a rank of an interleaved schedule holds several chunks
-            for g in s.members:         # a TP member's: the stage's over t
-                work[g] = work.get(g, 0.0) + sum(profile.stage_times(key, *s.layers)) / s.tp * colocated
+            times = profile.stage_times_tp(key, *s.layers, s.tp)     # a TP member's: its @tp times, or over t
+            for g in s.members:
+                work[g] = work.get(g, 0.0) + (times.fwd_s + times.bwd_s) * colocated
     training["predicted_work_s_per_minibatch"] = work
     if device != "cpu":
         training["gpu_concurrency"] = node.shared_cores

@@ -44,9 +44,9 @@ def check_plan(plan: Plan, cluster: Cluster, profile: ModelProfile, waves: int =
 def vw_schedule(plan: Plan, vw: VirtualWorker, cluster: Cluster, profile: ModelProfile,
                 waves: int, topology: Topology | None = None, slowdown: dict[str, float] | None = None) -> Schedule:
     """One virtual worker's schedule IR; the hetpipe order is shaped by its stages' costs, each stage's
-    compute x its GPU's `slowdown` factor (as the run it orders would see them; as `hetsim plan
-    --slowdown` costs them). `topology`: the cluster's, when the caller has one (building it costs
-    O(GPUs) per call)."""
+    compute x its GPU's `slowdown` factor, a tensor-parallel group's slowest member's (as the run it
+    orders would see them; as `hetsim plan --slowdown` costs them). `topology`: the cluster's, when
+    the caller has one (building it costs O(GPUs) per call)."""
     costs = None
     if schedule_kind(plan.schedule).needs_costs:
         topology = topology or Topology(cluster)
@@ -54,7 +54,8 @@ def vw_schedule(plan: Plan, vw: VirtualWorker, cluster: Cluster, profile: ModelP
         for s, stage in enumerate(vw.stages):
             times = profile.stage_times_tp(cluster.gpu(stage.gpu).type.name, *stage.layers, stage.tp,
                                            plan.recompute)
-            factor = (slowdown or {}).get(stage.gpu, 1.0)
+            # A tensor-parallel group computes in lockstep, at its slowest member's pace.
+            factor = max((slowdown or {}).get(g, 1.0) for g in stage.members)
             fwd, bwd = times.fwd_s * factor, times.bwd_s * factor
             comm = 0.0
             if s + 1 < len(vw.stages):

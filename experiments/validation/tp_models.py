@@ -1,7 +1,8 @@
 """The tensor-parallel validation runs of results/tp_cpu/ as a table, each predicted again from its saved
 inputs three ways: as validated (each all-reduce call paying the link's collective latency), at the
 work each member measured in the run (executor.validate.measured_work_slowdown: what is left is the
-simulator's share of the error), and without the collective latency (what the call model is worth).
+simulator's share of the error; unlike validate, this does not check that a hetpipe schedule keeps
+its order at those work figures), and without the collective latency (what the call model is worth).
 
     python experiments/validation/tp_models.py [--runs experiments/validation/results/tp_cpu]
 """
@@ -29,8 +30,11 @@ def throughput(inputs: Path, strip: tuple[str, ...] = (), slowdown: dict[str, fl
     """samples/s predicted by the run's own command (inputs/command.txt), the named fields removed from
     its cluster and profile files first, with per-rank `slowdown` factors added."""
     command = shlex.split((inputs / "command.txt").read_text().splitlines()[-1])[1:]     # after "hetsim"
-    for gpu, factor in (slowdown or {}).items():
-        command += ["--slowdown", f"{gpu}={factor!r}"]
+    if slowdown:                # they replace the run's emulated ones, which they include
+        emulated = {i + 1 for i, arg in enumerate(command) if arg == "--slowdown"}
+        command = [arg for i, arg in enumerate(command) if arg != "--slowdown" and i not in emulated]
+        for gpu, factor in slowdown.items():
+            command += ["--slowdown", f"{gpu}={factor!r}"]
     with tempfile.TemporaryDirectory() as tmp:
         for f in inputs.iterdir():
             text = f.read_text()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -231,6 +232,38 @@ def test_the_work_each_rank_measured_becomes_per_rank_slowdowns_for_the_simulato
     assert measured_work_slowdown(report(), None) == pytest.approx({"host/gpu0": 1.2, "host/gpu1": 0.8})
 
 
+def _tp_hetpipe_plan() -> Plan:
+    """Stage 0 on gpu0; stage 1 tensor-parallel over gpu1 (lead) and gpu2."""
+    return Plan(name="p", model="m", minibatch_size=1, nm=3, schedule="hetpipe", sync=SyncSpec(),
+                virtual_workers=(VirtualWorker(name="vw0", stages=(
+                    StageSpec(gpu="host/gpu0", layers=(0, 1)),
+                    StageSpec(gpu="host/gpu1", tp_gpus=("host/gpu2",), layers=(1, 2)))),))
+
+
+def test_a_tensor_parallel_stage_orders_a_hetpipe_schedule_at_its_slowest_members_pace():
+    # The group computes in lockstep, so a slow non-lead member slows the stage as a slow lead does.
+    from hetsim.feasibility import vw_schedule
+    plan, cluster, profile = _tp_hetpipe_plan(), host_cluster(3, 3, 1e9, 0.0), _two_layers([1.0, 1.0], [2.0, 2.0])
+    order = lambda s: vw_schedule(plan, plan.virtual_workers[0], cluster, profile, 4, slowdown=s).stages
+    assert order({"host/gpu1": 4.0}) != order(None)
+    assert order({"host/gpu2": 4.0}) == order({"host/gpu1": 4.0})
+
+
+def test_a_tensor_parallel_members_predicted_work_is_what_the_simulator_charges_it():
+    # Its share of the stage: the profile's times at its TP degree where it has them, else over t.
+    from executor.validate import _annotate
+    plan = _tp_hetpipe_plan()
+    measurement = SimpleNamespace(gpus=[], settings={"device": "cpu"}, training={"compute_work_s_per_minibatch": {}})
+    profile = _two_layers([1.0, 0.4], [2.0, 0.8])
+    _annotate(measurement.training, plan, host_cluster(3, 3, 1e9, 0.0), profile, measurement, "cpu")
+    assert measurement.training["predicted_work_s_per_minibatch"] == pytest.approx(
+        {"host/gpu0": 3.0, "host/gpu1": 0.6, "host/gpu2": 0.6})
+    at_tp2 = lambda l, f, b: replace(l, fwd_s={**l.fwd_s, "cpu@tp2": f}, bwd_s={**l.bwd_s, "cpu@tp2": b})
+    timed = replace(profile, layers=(at_tp2(profile.layers[0], 0.6, 1.2), at_tp2(profile.layers[1], 0.3, 0.5)))
+    _annotate(measurement.training, plan, host_cluster(3, 3, 1e9, 0.0), timed, measurement, "cpu")
+    assert measurement.training["predicted_work_s_per_minibatch"]["host/gpu2"] == pytest.approx(0.8)
+
+
 def test_the_prediction_at_measured_work_is_left_out_where_it_would_reorder_a_hetpipe_schedule():
     from executor.validate import _orders_agree
     plan, cluster, before = _two_stage_plan("hetpipe"), host_cluster(2, 2, 1e9, 0.0), _two_layers([1.0, 0.5], [2.0, 1.0])
@@ -319,8 +352,6 @@ def test_the_validation_suite_has_24_plans_or_more_over_every_zoo_family_each_cu
 def test_a_deepspeed_plan_with_blocking_sends_is_refused_before_any_measuring():
     """The executor's DeepSpeed transfers are gloo rendezvous; a prediction of NCCL-like blocking sends
     would be compared with something else."""
-    from dataclasses import replace
-
     from executor.validate import validate_plan
     from hetsim.errors import HetsimError
     plan = replace(mlp_plan([[0, 4, 9]], nm=2, schedule="1f1b-deepspeed"), blocking_p2p=True)
@@ -329,8 +360,6 @@ def test_a_deepspeed_plan_with_blocking_sends_is_refused_before_any_measuring():
 
 
 def test_a_plan_whose_ranks_exceed_the_memory_they_share_is_refused_before_the_run():
-    from dataclasses import replace
-
     from executor.validate import fits_host
     from hetsim.errors import PlanError
     from hetsim.feasibility import plan_memory
