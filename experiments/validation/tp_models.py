@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from executor.validate import measured_work_slowdown  # noqa: E402
+from hetsim.compare import percent_error  # noqa: E402
 from hetsim.report import Report  # noqa: E402
 
 
@@ -50,7 +51,7 @@ def throughput(inputs: Path, strip: tuple[str, ...] = (), slowdown: dict[str, fl
 def row(run: Path) -> str:
     measurement = Report.load(run / "measurement.json")
     training, meas = measurement.training, measurement.throughput["samples_per_s"]
-    err = lambda x: f"{100 * (x / meas - 1):+.1f} %"
+    err = lambda x: f"{percent_error(x, meas):+.1f} %"
     # Seconds in the window's all-reduces over the minibatches the member's VW ran in that window.
     rate = {v.name: v.minibatches_per_s * measurement.window["duration_s"] for v in measurement.virtual_workers}
     vw = {g.id: g.vw for g in measurement.gpus}
