@@ -7,6 +7,8 @@ over the window in which every VW is past warm-up and none has finished (hetsim.
 
 from __future__ import annotations
 
+import statistics
+
 from hetsim.report import GpuStats, Report
 from hetsim.report_sections import RunRecords, plan_window, run_sections
 from hetsim.trace import TraceWriter
@@ -117,6 +119,9 @@ def _training(plan, layout: RankLayout, records, clipped, origin: float, start: 
             for r in records if layout.roles[r.rank].kind == "stage"}
     return {"losses": [list(x) for x in losses],
             "compute_work_s_per_minibatch": work,
+            # How much one pass's work varies from the next on each rank (hetsim's --jitter).
+            "compute_work_cv": {layout.roles[r.rank].gpu: _work_cv(r, origin, start, end)
+                                for r in records if layout.roles[r.rank].kind == "stage"},
             "optimizer_s": {layout.describe(r.rank): clipped[r.rank]["optimizer"] for r in records
                             if layout.roles[r.rank].kind == "stage"},
             # Seconds in a tensor-parallel stage's all-reduces inside its forwards and backwards.
@@ -155,6 +160,20 @@ def _work_per_minibatch(rec: RankRecord, origin: float, start: float, end: float
     minibatches = (counts.get("B", 0) + counts.get("I", 0)) / chunks or 1
     per_minibatch = {kind: n / minibatches for kind, n in counts.items()}
     return sum(sum(v) / len(v) * per_minibatch[kind] for kind, v in kinds.items())
+
+
+def _work_cv(rec: RankRecord, origin: float, start: float, end: float) -> float:
+    """The coefficient of variation of one pass's work on a rank in the window, per kind of action
+    (forward, backward, step...), averaged with each kind's share of the work as weight: what the
+    simulator's lognormal jitter, drawn for each compute of a rank, stands for."""
+    kinds: dict[str, list[float]] = {}
+    for t, name, seconds in rec.work:
+        if start < rec.wall(t) - origin <= end:
+            kinds.setdefault(name.rstrip("0123456789"), []).append(seconds)
+    spread = [(sum(v), statistics.stdev(v) / statistics.fmean(v)) for v in kinds.values()
+              if len(v) >= 3 and statistics.fmean(v) > 0]
+    total = sum(w for w, _ in spread)
+    return sum(w * cv for w, cv in spread) / total if total else 0.0
 
 
 def _sdpipe_groups(records) -> dict:

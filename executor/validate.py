@@ -18,6 +18,7 @@ import contextlib
 import functools
 import os
 import re
+import statistics
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -35,7 +36,8 @@ from hetsim.units import GIB
 
 __all__ = ["run", "host_cluster", "cpu_type", "fits_host", "shared_memories", "onto_host", "with_optimizer_costs", "validate_plan", "write_inputs", "available_cores",
            "cpu_time_profile", "load_changed", "default_warmup", "bracketed", "with_counted_bytes",
-           "work_rows", "work_drift", "compared_work", "measured_work_slowdown", "WORK_DRIFT_PCT", "WAVES", "WARMUP_WAVES"]
+           "work_rows", "work_drift", "compared_work", "measured_work_slowdown", "measured_work_cv", "WORK_DRIFT_PCT",
+           "WAVES", "WARMUP_WAVES"]
 
 
 def default_warmup(waves: int) -> int:
@@ -216,8 +218,9 @@ def validate_plan(plan: Plan, *, model: str | None = None, model_kwargs: dict | 
     measurement = launch(plan, cluster, model, profile=before, model_kwargs=model_kwargs,
                          options=ExecOptions(waves=waves, warmup_waves=warmup_waves, seed=seed,
                                              slowdown=slowdown, data=data, device=device))
-    simulate = lambda on, slowed=slowdown: hetsim.simulate(on, predicted_with, plan, waves=waves,
-                                                           warmup_waves=warmup_waves, seed=seed, slowdown=slowed)
+    simulate = lambda on, slowed=slowdown, cv=0.0: hetsim.simulate(on, predicted_with, plan, waves=waves,
+                                                                   warmup_waves=warmup_waves, seed=seed,
+                                                                   slowdown=slowed, jitter_cv=cv)
     with _in_plan_names(names):
         predicted_with = bracketed(before, host_profile(), plan, cluster, waves, slowdown)
         prediction = simulate(cluster)
@@ -233,6 +236,13 @@ def validate_plan(plan: Plan, *, model: str | None = None, model_kwargs: dict | 
         with _in_plan_names(names):
             measurement.training["predicted_samples_s_at_measured_work"] = \
                 simulate(cluster, at_measured).throughput["samples_per_s"]
+            # ... and with the passes varying as much as the run's did (the simulator's jitter): ranks
+            # that meet every minibatch wait out each other's slower passes.
+            cv = measured_work_cv(measurement)
+            if cv:
+                measurement.training["work_cv"] = cv
+                measurement.training["predicted_samples_s_at_measured_work_and_cv"] = \
+                    simulate(cluster, at_measured, cv).throughput["samples_per_s"]
     if handoff_s:
         # What the hand-off is worth in this run: the same prediction with the link's latency alone.
         node = cluster.nodes[0]
@@ -503,6 +513,13 @@ def work_rows(measurement) -> list:
             for g, predicted, measured in compared_work(measurement)]
 
 
+def measured_work_cv(measurement) -> float:
+    """The mean over stage ranks of how much one pass's work varied from the next in the run
+    (executor.measure's compute_work_cv), 0.0 where none was measured."""
+    cvs = list(measurement.training.get("compute_work_cv", {}).values())
+    return round(statistics.fmean(cvs), 4) if cvs else 0.0
+
+
 def measured_work_slowdown(measurement, slowdown: dict[str, float] | None) -> dict[str, float] | None:
     """Per-rank slowdowns under which the simulator charges each rank the work it measured in the run
     (the emulated slowdown times measured over profiled work), so that a prediction made with them
@@ -593,6 +610,11 @@ def run(args: argparse.Namespace) -> int:
         error = percent_error(replayed, measurement.throughput["samples_per_s"])
         print(f"at the work each rank measured instead of the profile's, the simulator predicts {replayed:.1f} "
               f"samples/s ({error:+.1f}%): the rest of the error is the profile's")
+    varied = measurement.training.get("predicted_samples_s_at_measured_work_and_cv")
+    if varied:
+        error = percent_error(varied, measurement.throughput["samples_per_s"])
+        print(f"... and with each pass's work varying as in the run (cv {measurement.training['work_cv']:.3f}, "
+              f"the simulator's --jitter): {varied:.1f} samples/s ({error:+.1f}%)")
     for note in measurement.notes[1:]:
         print(f"note: {note}")
     for warning in (load_changed(measurement), work_drift(measurement)):

@@ -104,3 +104,15 @@ def test_the_validation_summary_gives_the_simulators_share_of_the_error_beside_t
     assert (summary["median_abs_error_pct"], summary["max_abs_error_pct"]) == (4.0, 10.0)
     assert summary["at_measured_work"] == {"median_abs_error_pct": 2.0, "max_abs_error_pct": 3.0}
     assert "at_measured_work" not in module.summarise([{"error_pct": 1.0}], {})
+    rows[0]["error_at_measured_work_and_cv_pct"] = -6.0     # with the run's pass-to-pass variability too
+    assert module.summarise(rows, {})["at_measured_work_and_cv"] == {"median_abs_error_pct": 6.0,
+                                                                     "max_abs_error_pct": 6.0}
+
+
+def test_time_to_accuracy_gives_the_simulators_share_of_the_rate_error_only_where_every_seed_has_it():
+    module = load("time_to_accuracy")
+    run = lambda measured, at_work: {"measured": {"samples_per_s": measured},
+                                     "predicted": {"samples_per_s": 2 * measured,
+                                                   "samples_per_s_at_measured_work": at_work}}
+    assert module.rate_at_measured_work([run(100.0, 110.0), run(200.0, 190.0), run(100.0, 104.0)]) == 4.0
+    assert module.rate_at_measured_work([run(100.0, 110.0), run(100.0, None)]) is None

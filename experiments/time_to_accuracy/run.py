@@ -91,6 +91,9 @@ def measure(case: Case, waves: int, seed: int) -> dict:
                          "staleness": measurement.staleness, "busy": vw_busy(measurement.gpus),
                          "curve": [list(x) for x in measurement.losses]},
             "predicted": {"samples_per_s": prediction.throughput["samples_per_s"],
+                          # hetsim validate's split: the simulator at the CPU work each rank did in the run
+                          "samples_per_s_at_measured_work":
+                              measurement.training.get("predicted_samples_s_at_measured_work"),
                           "staleness": prediction.staleness, "busy": vw_busy(prediction.gpus)}}
 
 
@@ -131,8 +134,19 @@ def compare(runs: list[dict], entry) -> list[dict]:
             # The two sources of the error: the steps (hetsim.convergence) and the rate (the simulator).
             row["steps_error_pct"] = round(100 * (samples / BATCH - measured_mb) / measured_mb, 1) if hit else None
             row["rate_error_pct"] = round(100 * (rate_pred / rate_meas - 1), 1)
+            row["rate_error_at_measured_work_pct"] = rate_at_measured_work(seeds)
             rows.append(row)
     return rows
+
+
+def rate_at_measured_work(seeds: list[dict]) -> float | None:
+    """Median over the seeds of the simulated samples/s at the work each rank measured in its run
+    against the measured samples/s, in per cent: the simulator's share of the rate error (None where a
+    run has no such prediction: runs.json from before it was recorded, or a hetpipe order it would
+    change)."""
+    errors = [100 * (r["predicted"]["samples_per_s_at_measured_work"] / r["measured"]["samples_per_s"] - 1)
+              for r in seeds if r["predicted"].get("samples_per_s_at_measured_work")]
+    return round(statistics.median(errors), 1) if len(errors) == len(seeds) else None
 
 
 def write_table(rows: list[dict], stem: Path, header: str) -> float | None:
@@ -147,12 +161,15 @@ def write_table(rows: list[dict], stem: Path, header: str) -> float | None:
     lines += ["| " + " | ".join("" if v is None else str(v) for v in r.values()) + " |" for r in rows]
     steps = [abs(r["steps_error_pct"]) for r in rows if r["steps_error_pct"] is not None and r["role"] == "held back"]
     rates = [abs(r["rate_error_pct"]) for r in rows if r["role"] == "held back"]
+    at_work = [abs(r["rate_error_at_measured_work_pct"]) for r in rows
+               if r["role"] == "held back" and r.get("rate_error_at_measured_work_pct") is not None]
     lines += ["", f"median |error| {median:.1f} % over {len(errors)} (plan, target) pairs"
               + (f"; held-back plans only: {statistics.median(held):.1f} %" if held else "")
               + f" (goal <= {MEDIAN_TOL:g} %)" if median is not None else "no plan reached a target"]
     if steps:
         lines.append(f"held back, by source: steps (model) median |error| {statistics.median(steps):.1f} %, "
-                     f"samples/s (simulation) median |error| {statistics.median(rates):.1f} %")
+                     f"samples/s (simulation) median |error| {statistics.median(rates):.1f} %"
+                     + (f" ({statistics.median(at_work):.1f} % at the work each rank measured)" if at_work else ""))
     missed = [f"{r['plan']}@{r['target']:g}" for r in rows if r["minibatches_meas"] is None]
     if missed:
         lines.append(f"never reached (raise the case's waves): {', '.join(missed)}")

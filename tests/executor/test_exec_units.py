@@ -131,6 +131,23 @@ def test_pending_sends_wait_for_the_oldest_beyond_the_limit():
     assert waited == [0, 1, 2, 3, 4] and len(sends) == 0
 
 
+def test_work_cv_weighs_each_kinds_pass_to_pass_spread_by_its_share_of_the_work():
+    import statistics
+
+    from executor.measure import _work_cv
+    from executor.record import RankRecord
+
+    rec = RankRecord(rank=0, perf0=0.0, wall0=0.0)
+    forwards = [0.008, 0.012] * 4                 # varying forwards, steady backwards
+    for mb, f in enumerate(forwards):
+        rec.work += [(2 * mb + 1, f"F{mb}", f), (2 * mb + 2, f"B{mb}", 0.030)]
+    rec.work.append((100.0, "F99", 1.0))          # outside the window: not counted
+    cv_f = statistics.stdev(forwards) / statistics.fmean(forwards)
+    share_f = sum(forwards) / (sum(forwards) + 8 * 0.030)
+    assert _work_cv(rec, 0.0, 0.0, 50.0) == pytest.approx(share_f * cv_f)
+    assert _work_cv(RankRecord(rank=1, perf0=0.0, wall0=0.0), 0.0, 0.0, 50.0) == 0.0
+
+
 def test_work_per_minibatch_counts_each_kind_once_per_minibatch_whatever_the_window_cuts():
     from executor.measure import _work_per_minibatch
     from executor.record import RankRecord

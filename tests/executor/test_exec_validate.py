@@ -326,6 +326,11 @@ def test_validate_plan_predicts_from_profiles_on_both_sides_of_the_run(tmp_path,
     # At the work the rank measured, the same closed form: one minibatch per measured work.
     replayed = measurement.training["predicted_samples_s_at_measured_work"]
     assert replayed == pytest.approx(plan.minibatch_size / cpu, rel=1e-9)
+    # ... and with its passes varying as they did in the run: mean-one jitter, about the same rate.
+    cv = measurement.training["compute_work_cv"]["host/gpu0"]
+    assert cv > 0 and measurement.training["work_cv"] == pytest.approx(cv, abs=1e-4)
+    varied = measurement.training["predicted_samples_s_at_measured_work_and_cv"]
+    assert varied == pytest.approx(replayed, rel=max(0.05, 2 * cv))
     # Both reports' shared sections come from one builder (hetsim.report_sections): same fields.
     for section in ("throughput", "window", "staleness", "sync"):
         assert getattr(prediction, section).keys() == getattr(measurement, section).keys(), section
