@@ -119,9 +119,11 @@ def _training(plan, layout: RankLayout, records, clipped, origin: float, start: 
             for r in records if layout.roles[r.rank].kind == "stage"}
     return {"losses": [list(x) for x in losses],
             "compute_work_s_per_minibatch": work,
-            # How much one pass's work varies from the next on each rank (hetsim's --jitter).
+            # How much one pass's work varies from the next on each rank: what hetsim's --jitter stands for.
+            # (Not for a rank holding several chunks: its passes' names do not say which chunk's.)
             "compute_work_cv": {layout.roles[r.rank].gpu: _work_cv(r, origin, start, end)
-                                for r in records if layout.roles[r.rank].kind == "stage"},
+                                for r in records if layout.roles[r.rank].kind == "stage"
+                                and chunks(layout.roles[r.rank]) == 1},
             "optimizer_s": {layout.describe(r.rank): clipped[r.rank]["optimizer"] for r in records
                             if layout.roles[r.rank].kind == "stage"},
             # Seconds in a tensor-parallel stage's all-reduces inside its forwards and backwards.

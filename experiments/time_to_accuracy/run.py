@@ -140,13 +140,15 @@ def compare(runs: list[dict], entry) -> list[dict]:
 
 
 def rate_at_measured_work(seeds: list[dict]) -> float | None:
-    """Median over the seeds of the simulated samples/s at the work each rank measured in its run
-    against the measured samples/s, in per cent: the simulator's share of the rate error (None where a
-    run has no such prediction: runs.json from before it was recorded, or a hetpipe order it would
-    change)."""
-    errors = [100 * (r["predicted"]["samples_per_s_at_measured_work"] / r["measured"]["samples_per_s"] - 1)
-              for r in seeds if r["predicted"].get("samples_per_s_at_measured_work")]
-    return round(statistics.median(errors), 1) if len(errors) == len(seeds) else None
+    """The median over the seeds of the simulated samples/s at the work each rank measured in its run
+    against their median measured samples/s (medians compared, as rate_error_pct compares them), in per
+    cent: the simulator's share of the rate error. None unless every seed has that prediction (runs.json
+    from before it was recorded; a hetpipe order it would change)."""
+    at_work = [r["predicted"].get("samples_per_s_at_measured_work") for r in seeds]
+    if not all(at_work):
+        return None
+    measured = statistics.median(r["measured"]["samples_per_s"] for r in seeds)
+    return round(100 * (statistics.median(at_work) / measured - 1), 1)
 
 
 def write_table(rows: list[dict], stem: Path, header: str) -> float | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import statistics
 import time
 
 import pytest
@@ -132,8 +133,6 @@ def test_pending_sends_wait_for_the_oldest_beyond_the_limit():
 
 
 def test_work_cv_weighs_each_kinds_pass_to_pass_spread_by_its_share_of_the_work():
-    import statistics
-
     from executor.measure import _work_cv
     from executor.record import RankRecord
 
@@ -141,10 +140,11 @@ def test_work_cv_weighs_each_kinds_pass_to_pass_spread_by_its_share_of_the_work(
     forwards = [0.008, 0.012] * 4                 # varying forwards, steady backwards
     for mb, f in enumerate(forwards):
         rec.work += [(2 * mb + 1, f"F{mb}", f), (2 * mb + 2, f"B{mb}", 0.030)]
-    rec.work.append((100.0, "F99", 1.0))          # outside the window: not counted
+    rec.work += [(0.5, "F99", 1.0), (100.0, "F98", 1.0)]      # either side of the window: not counted
+    rec.work += [(3.0, "STEP0", 0.5), (9.0, "STEP1", 0.1)]    # two of a kind: too few for a spread
     cv_f = statistics.stdev(forwards) / statistics.fmean(forwards)
     share_f = sum(forwards) / (sum(forwards) + 8 * 0.030)
-    assert _work_cv(rec, 0.0, 0.0, 50.0) == pytest.approx(share_f * cv_f)
+    assert _work_cv(rec, 0.0, 0.9, 50.0) == pytest.approx(share_f * cv_f)
     assert _work_cv(RankRecord(rank=1, perf0=0.0, wall0=0.0), 0.0, 0.0, 50.0) == 0.0
 
 
