@@ -144,6 +144,20 @@ def _loss_curve(records, origin: float) -> list[tuple[int, int, float, float]]:
     return sorted(curve, key=lambda x: (x[2], x[0], x[1]))
 
 
+def _kind(name: str) -> str:
+    """The kind of a recorded action: its name without the minibatch or wave number ("B12" -> "B")."""
+    return name.rstrip("0123456789")
+
+
+def _window_work(rec: RankRecord, origin: float, start: float, end: float) -> dict[str, list[float]]:
+    """Each kind of action's seconds of work, one entry per action that ended inside the window."""
+    kinds: dict[str, list[float]] = {}
+    for t, name, seconds in rec.work:
+        if start < rec.wall(t) - origin <= end:
+            kinds.setdefault(_kind(name), []).append(seconds)
+    return kinds
+
+
 def _work_per_minibatch(rec: RankRecord, origin: float, start: float, end: float, chunks: int = 1) -> float:
     """Seconds of one minibatch's forward, backward and optimiser work on a rank (thread CPU seconds
     on CPU, GPU seconds on CUDA; emulation's spin excluded), over all `chunks` model chunks it holds:
@@ -151,29 +165,21 @@ def _work_per_minibatch(rec: RankRecord, origin: float, start: float, end: float
     run (so an optimiser step per wave counts 1/Nm; a rank of an interleaved schedule runs a backward
     per chunk and minibatch). Summing the window's CPU instead and dividing by the rate miscounts by
     up to a minibatch's work at each edge of the window."""
-    kinds: dict[str, list[float]] = {}
     counts: dict[str, int] = {}
-    for t, name, seconds in rec.work:
-        kind = name.rstrip("0123456789")
-        counts[kind] = counts.get(kind, 0) + 1
-        if start < rec.wall(t) - origin <= end:
-            kinds.setdefault(kind, []).append(seconds)
+    for _t, name, _seconds in rec.work:
+        counts[_kind(name)] = counts.get(_kind(name), 0) + 1
     # One backward per minibatch: "B", or "I" where ZB-H1 splits it into input (I) and weight (W) halves.
     minibatches = (counts.get("B", 0) + counts.get("I", 0)) / chunks or 1
     per_minibatch = {kind: n / minibatches for kind, n in counts.items()}
-    return sum(sum(v) / len(v) * per_minibatch[kind] for kind, v in kinds.items())
+    return sum(sum(v) / len(v) * per_minibatch[kind] for kind, v in _window_work(rec, origin, start, end).items())
 
 
 def _work_cv(rec: RankRecord, origin: float, start: float, end: float) -> float:
     """The coefficient of variation of one pass's work on a rank in the window, per kind of action
     (forward, backward, step...), averaged with each kind's share of the work as weight: what the
     simulator's lognormal jitter, drawn for each compute of a rank, stands for."""
-    kinds: dict[str, list[float]] = {}
-    for t, name, seconds in rec.work:
-        if start < rec.wall(t) - origin <= end:
-            kinds.setdefault(name.rstrip("0123456789"), []).append(seconds)
-    spread = [(sum(v), statistics.stdev(v) / statistics.fmean(v)) for v in kinds.values()
-              if len(v) >= 3 and statistics.fmean(v) > 0]
+    spread = [(sum(v), statistics.stdev(v) / statistics.fmean(v))
+              for v in _window_work(rec, origin, start, end).values() if len(v) >= 3 and statistics.fmean(v) > 0]
     total = sum(w for w, _ in spread)
     return sum(w * cv for w, cv in spread) / total if total else 0.0
 

@@ -215,14 +215,11 @@ def verdict(summary: dict) -> int:
     ok = summary["median_abs_error_pct"] <= MEDIAN_TOL and summary["max_abs_error_pct"] <= MAX_TOL
     print(f"median |error| {summary['median_abs_error_pct']:.1f}% (target {MEDIAN_TOL}%), max "
           f"{summary['max_abs_error_pct']:.1f}% (target {MAX_TOL}%): {'met' if ok else 'NOT met'}")
-    if "at_measured_work" in summary:
-        print(f"at the work each rank measured (the simulator's share): median |error| "
-              f"{summary['at_measured_work']['median_abs_error_pct']:.1f}%, max "
-              f"{summary['at_measured_work']['max_abs_error_pct']:.1f}%")
-    if "at_measured_work_and_cv" in summary:
-        print(f"... with their passes varying as in the run too: median |error| "
-              f"{summary['at_measured_work_and_cv']['median_abs_error_pct']:.1f}%, max "
-              f"{summary['at_measured_work_and_cv']['max_abs_error_pct']:.1f}%")
+    for key, what in (("at_measured_work", "at the work each rank measured (the simulator's share)"),
+                      ("at_measured_work_and_cv", "... with their passes varying as in the run too")):
+        if key in summary:
+            print(f"{what}: median |error| {summary[key]['median_abs_error_pct']:.1f}%, max "
+                  f"{summary[key]['max_abs_error_pct']:.1f}%")
     return 0 if ok else 1
 
 
