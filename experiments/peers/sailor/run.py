@@ -7,8 +7,9 @@
         --out experiments/peers/sailor/results/imported.csv
 
 Each plan goes through `hetsim import sailor` and `hetsim simulate` as a user would run them. One row
-per plan: measured and predicted iteration time and peak memory (the fullest GPU), their errors, and
-Sailor's own prediction where sailor_predictions.csv (in --data) has one. Prints mean/max error and
+per plan: measured and predicted iteration time and peak memory (the fullest GPU), their errors,
+Sailor's own prediction where sailor_predictions.csv (in --data) has one, and the gradient all-reduce
+against the plan's measured `red_grads` (`grad_reduce`). Prints mean/max error and
 Spearman rank correlation per plan directory. `--derived` predicts without Sailor's measured layer
 times (datasheet peaks, hetsim.derive). `--fit-reserve` prints the framework reserve per GPU type that
 would make the memory errors' median zero (how the GPU files' framework_reserve_gib were set), instead
@@ -38,7 +39,8 @@ from hetsim.sailor import read_shape
 
 COLUMNS = ["set", "plan", "measured_iter_s", "predicted_iter_s", "time_err_pct", "measured_mem_bytes",
            "predicted_mem_bytes", "mem_err_pct", "sailor_iter_s", "sailor_time_err_pct", "sailor_mem_bytes",
-           "sailor_mem_err_pct", "fullest_gpu_type", "reserve_bytes", "error"]
+           "sailor_mem_err_pct", "measured_grad_reduce_s", "predicted_grad_reduce_s", "grad_reduce_err_pct",
+           "predicted_grad_reduce_min_s", "predicted_grad_reduce_max_s", "fullest_gpu_type", "reserve_bytes", "error"]
 
 
 def predict(plan_path: Path, args: argparse.Namespace, workdir: Path) -> dict:
@@ -48,7 +50,7 @@ def predict(plan_path: Path, args: argparse.Namespace, workdir: Path) -> dict:
     if args.network_latency_us is not None:
         cluster = with_network_latency(cluster, args.network_latency_us * 1e-6)
     report = hetsim.simulate(cluster, hetsim.load_profile(files["profile"]), files["plan"],
-                             waves=args.waves, warmup_waves=1, trace=False)
+                             waves=args.waves, warmup_waves=1, trace=True)
     measured = pd.read_json(files["measured"], typ="series")
     reserve = lambda g: (g.memory_breakdown.get("reserve_bytes", 0) if args.reserve_gib is None
                          else int(args.reserve_gib * GIB))    # the leave-one-set-out check: another set's
@@ -60,7 +62,38 @@ def predict(plan_path: Path, args: argparse.Namespace, workdir: Path) -> dict:
            "fullest_gpu_type": fullest.type, "reserve_bytes": reserve(fullest)}
     row["time_err_pct"] = _err(row["predicted_iter_s"], row["measured_iter_s"])
     row["mem_err_pct"] = _err(row["predicted_mem_bytes"], row["measured_mem_bytes"])
+    row.update(grad_reduce(report, measured.get("grad_reduce_s")))
     return row
+
+
+def grad_reduce(report, measured_s: float | None) -> dict:
+    """Seconds the last iteration's gradient all-reduce holds a GPU, from its reaching it to the end (so
+    with the wait for slower replicas), against Sailor's `red_grads`. Which rank Sailor timed is not
+    recorded; the compared one is global rank 0 as Megatron numbers ranks (TP rank 0 of the first
+    replica's first stage), with the spread over every GPU beside it. A plan with one replica per
+    stage reduces nothing and predicts 0 s."""
+    spans = _last_reduce_spans(report.trace)
+    first = next(g.id for g in report.gpus if g.vw == report.gpus[0].vw and g.stage == 0)
+    rank0 = spans.get(first, 0.0)
+    return {"measured_grad_reduce_s": measured_s, "predicted_grad_reduce_s": rank0,
+            "grad_reduce_err_pct": _err(rank0, measured_s) if rank0 else None,
+            "predicted_grad_reduce_min_s": min(spans.values(), default=0.0),
+            "predicted_grad_reduce_max_s": max(spans.values(), default=0.0)}
+
+
+def _last_reduce_spans(trace) -> dict[str, float]:
+    """GPU id -> duration of its last `allreduce` span (the trace names a GPU's row "<gpu> ..." under its node)."""
+    nodes, rows, last = {}, {}, {}
+    for e in trace.events:
+        if e["ph"] == "M" and e["name"] == "process_name":
+            nodes[e["pid"]] = e["args"]["name"]
+        elif e["ph"] == "M" and e["name"] == "thread_name":
+            rows[e["pid"], e["tid"]] = e["args"]["name"].split(" ", 1)[0]
+        elif e["ph"] == "X" and e["name"].startswith("allreduce"):
+            key = (e["pid"], e["tid"])
+            if key not in last or e["ts"] > last[key]["ts"]:
+                last[key] = e
+    return {f"{nodes[pid]}/{rows[pid, tid]}": e["dur"] / 1e6 for (pid, tid), e in last.items()}
 
 
 def with_network_latency(cluster: Cluster, seconds: float) -> Cluster:
@@ -126,8 +159,15 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
                         "time_err_mean_pct": ok[terr].abs().mean(), "time_err_max_pct": ok[terr].abs().max(),
                         "spearman": ok[pred].rank().corr(ok["measured_iter_s"].rank()),
                         "mem_err_mean_pct": mem.mean() if len(mem) else None,
-                        "mem_err_max_pct": mem.max() if len(mem) else None})
+                        "mem_err_max_pct": mem.max() if len(mem) else None,
+                        **(_reduce_stats(ok) if who == "hetsim" else {})})
     return pd.DataFrame(out)
+
+
+def _reduce_stats(rows: pd.DataFrame) -> dict:
+    """Gradient all-reduce against Sailor's `red_grads`, over the plans with more than one replica."""
+    err = rows["grad_reduce_err_pct"].dropna().abs() if "grad_reduce_err_pct" in rows else pd.Series(dtype=float)
+    return {"reduce_plans": len(err), "reduce_err_median_pct": err.median() if len(err) else None}
 
 
 def fitted_reserves(table: pd.DataFrame) -> pd.Series:
@@ -152,7 +192,7 @@ def plot(table: pd.DataFrame, path: Path) -> None:
     import matplotlib.ticker
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.8))
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
     for ax, (m, p, s, unit, scale) in zip(axes, (
             ("measured_iter_s", "predicted_iter_s", "sailor_iter_s", "iteration time (s)", 1.0),
             ("measured_mem_bytes", "predicted_mem_bytes", "sailor_mem_bytes", "peak memory (GiB)", GIB))):
@@ -173,10 +213,35 @@ def plot(table: pd.DataFrame, path: Path) -> None:
             axis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
             axis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.legend(fontsize=7)
+    _plot_reduce(axes[2], table)
     fig.suptitle("Sailor's real GPU runs: predicted vs measured")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def _plot_reduce(ax, table: pd.DataFrame) -> None:
+    """Gradient all-reduce per iteration: rank 0's prediction, with the range over every GPU as a bar."""
+    import matplotlib.ticker
+    shown = table[(table["measured_grad_reduce_s"] > 0) & (table["predicted_grad_reduce_s"] > 0)]
+    if shown.empty:
+        ax.set_title("no plan with a measured and a predicted gradient all-reduce", fontsize=9)
+        return
+    for (name, rows), marker in zip(shown.groupby("set", sort=False), "os^D"):
+        dots = ax.scatter(rows["measured_grad_reduce_s"], rows["predicted_grad_reduce_s"], marker=marker,
+                          label=f"hetsim, {name} (rank 0; bar: every GPU)")
+        ax.vlines(rows["measured_grad_reduce_s"], rows["predicted_grad_reduce_min_s"],
+                  rows["predicted_grad_reduce_max_s"], colors=dots.get_facecolor(), lw=1)
+    values = pd.concat([shown["measured_grad_reduce_s"], shown["predicted_grad_reduce_min_s"],
+                        shown["predicted_grad_reduce_max_s"]])
+    lo, hi = values.min() * 0.8, values.max() * 1.25
+    ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
+    ax.set(xscale="log", yscale="log", xlabel="measured gradient all-reduce (s, Sailor's red_grads)",
+           ylabel="predicted gradient all-reduce (s)")
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+        axis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.legend(fontsize=7)
 
 
 def _check_arguments(args: argparse.Namespace) -> None:
