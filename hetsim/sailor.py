@@ -12,8 +12,10 @@ Where the data lives (`--data DIR`): profiles_tmp.json (`[model][gpu][mbs][tp][l
 update_s]`; the update_s Sailor ships is the same in every layer, the whole model's step, which the
 importer spreads over the layers by their parameters), network/intra_node_bandwidths.json and
 network/multizone_bandwidths_het.json (per GPU type and GPU count `[[polynomial], plateau bytes/s]`;
-hetsim takes the plateau, the rate of the large messages that dominate training traffic) and
-configs/basic_cluster_config.json.
+hetsim takes the plateau, the rate of the large messages that dominate training traffic; a node's
+figures are its zone's, the third field of each replica, and a one-node plan needs none) and
+configs/basic_cluster_config.json (each GPU type's node size, which a replica's gpus_per_node may not
+exceed).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ class Group:
     gpu_type: str                 # Sailor's name
     gpus_per_node: int
     tp: int
+    zone: str = "us-central1-a"   # the key of its node's bandwidths in Sailor's network file
 
 
 @dataclass(frozen=True)
@@ -113,10 +116,11 @@ def _check_stages_tile(run: SailorRun, where: str) -> None:
     """Each stage a run of consecutive layers starting where the one before ended, the first at 0."""
     start = 0
     for s, layers in enumerate(run.layers):
-        if list(layers) != list(range(start, start + len(layers))):
-            raise SpecError(f"{where}: pipeline_list[0].layers_per_stage[{s}]: expected layers {start}, "
-                            f"{start + 1}, ... (consecutive, from where stage {s - 1} ended)" if s else
-                            f"{where}: pipeline_list[0].layers_per_stage[0]: expected layers 0, 1, ... (consecutive)")
+        wrong = next(((got, start + j) for j, got in enumerate(layers) if got != start + j), None)
+        if wrong is not None:
+            raise SpecError(f"{where}: pipeline_list[0].layers_per_stage[{s}]: layer {wrong[0]} where {wrong[1]} "
+                            "was expected (a stage's layers are consecutive, "
+                            + (f"from where stage {s - 1} ended)" if s else "from 0)"))
         start += len(layers)
 
 
@@ -139,7 +143,7 @@ def _read_plan(path: Path) -> SailorRun:
     for s, stage in enumerate(replicas):
         for r, item in enumerate(stage):
             try:
-                (gpu_type, per_node, _), tp = item[0][0], item[1]
+                (gpu_type, per_node, zone), tp = item[0][0], item[1]
             except (TypeError, IndexError, ValueError, KeyError):
                 raise SpecError(f"{at}.tmp_per_stage[{s}][{r}]: expected "
                                 f"[[[gpu_type, gpus_per_node, zone]], tp], got {item!r}") from None
@@ -149,7 +153,10 @@ def _read_plan(path: Path) -> SailorRun:
             if not (_whole(per_node) and _whole(tp)):
                 raise SpecError(f"{at}.tmp_per_stage[{s}][{r}]: gpus_per_node and tp must be whole numbers, "
                                 f"got {per_node!r} and {tp!r}")
-            groups.append(Group(s, r, str(gpu_type), per_node, tp))
+            if not isinstance(zone, str) or not zone:
+                raise SpecError(f"{at}.tmp_per_stage[{s}][{r}]: zone: expected a zone name such as "
+                                f"'us-central1-a', got {zone!r}")
+            groups.append(Group(s, r, str(gpu_type), per_node, tp, zone))
     _check_declared(p, at, layers, replicas)
     fields = {name: _field(doc, name, where) for name in ("mbs", "gbs")} | {"N": doc.get("N", 0)}
     for name, value in fields.items():
@@ -191,6 +198,8 @@ def read_shape(training_config: str | Path) -> tuple[str, TransformerShape, str]
     path = Path(training_config)
     try:
         model, shape, optimizer = _read_shape(path)
+    except SpecError:
+        raise
     except (KeyError, TypeError, ValueError) as exc:
         raise SpecError(f"{path.name}: not a Sailor training config as hetsim reads it ({exc})") from None
     for name, key in (("n_layer", "num_layers"), ("hidden", "hidden_size"), ("heads", "heads"),
@@ -204,22 +213,32 @@ def read_shape(training_config: str | Path) -> tuple[str, TransformerShape, str]
 
 def _read_shape(path: Path) -> tuple[str, TransformerShape, str]:
     doc, where = _load(path), path.name
-    n_layer = int(_field(doc, "num_layers", where))
-    tail = int(doc.get("num_all_layers", n_layer + 2)) - n_layer - 1
+    count = lambda key, default=None: _count(doc, key, where, default)
+    n_layer = count("num_layers")
+    tail = count("num_all_layers", n_layer + 2) - n_layer - 1
     if tail not in (1, 2):
         raise SpecError(f"{where}: num_all_layers: {doc.get('num_all_layers')} leaves {tail} layers after "
                         f"the embedding and {n_layer} blocks; hetsim reads 1 (norm + head) or 2")
     llama = "llama" in str(doc.get("model", "")).lower()
     shape = TransformerShape(
-        n_layer=n_layer, hidden=int(_field(doc, "hidden_size", where)), heads=int(_field(doc, "heads", where)),
-        seq_len=int(_field(doc, "sequence_length", where)), vocab=int(_field(doc, "vocab_size", where)),
-        ffn=int(doc.get("ffn_hidden_size", 14336 if llama else 0)),
-        kv_heads=int(doc.get("num_kv_heads", 8 if llama else 0)), gated_mlp=llama,
+        n_layer=n_layer, hidden=count("hidden_size"), heads=count("heads"), seq_len=count("sequence_length"),
+        vocab=count("vocab_size"), ffn=count("ffn_hidden_size", 14336 if llama else 0),
+        kv_heads=count("num_kv_heads", 8 if llama else 0), gated_mlp=llama,
         learned_positions=not llama, tail_layers=tail)
     optimizer = _OPTIMIZERS.get(str(doc.get("optimizer", "adam")).lower())
     if optimizer is None:
         raise SpecError(f"{where}: optimizer: {doc.get('optimizer')!r} unknown (known: Adam, AdamW, SGD)")
     return str(_field(doc, "model", where)), shape, optimizer
+
+
+def _count(doc: dict, key: str, where: str, default: int | None = None) -> int:
+    """A whole-number field of a training config (1024 or 1024.0; not "1024", 32.9 or true)."""
+    value = _field(doc, key, where) if default is None else doc.get(key, default)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not _whole(value):
+        raise SpecError(f"{where}: {key}: expected a whole number, got {value!r}")
+    return value
 
 
 def _hetsim_type(gpu_type: str) -> str:
@@ -232,11 +251,11 @@ def _node_name(i: int) -> str:
     return f"n{i}"
 
 
-def _placement(run: SailorRun) -> tuple[list[tuple[str, int]], dict[Group, list[str]]]:
-    """Nodes (Sailor type, GPU count) and each group's GPU ids. A group takes whole GPUs of one node of
-    its type: a fresh node when the plan has one node per group (as Sailor's runs do), else the first
-    node of that type with enough free GPUs."""
-    nodes: list[tuple[str, int]] = []
+def _placement(run: SailorRun) -> tuple[list[tuple[str, int, str]], dict[Group, list[str]]]:
+    """Nodes (Sailor type, GPU count, zone) and each group's GPU ids. A group takes whole GPUs of one
+    node of its type and zone: a fresh node when the plan has one node per group (as Sailor's runs do),
+    else the first such node with enough free GPUs."""
+    nodes: list[tuple[str, int, str]] = []
     free: list[int] = []
     ids: dict[Group, list[str]] = {}
     fresh = run.nodes == len(run.groups) or run.nodes == 0
@@ -244,10 +263,10 @@ def _placement(run: SailorRun) -> tuple[list[tuple[str, int]], dict[Group, list[
         if g.tp > g.gpus_per_node:
             raise SpecError(f"{run.name}: stage {g.stage} replica {g.replica}: tensor-parallel degree {g.tp} "
                             f"exceeds the {g.gpus_per_node} GPUs of a {g.gpu_type} node")
-        slot = None if fresh else next((i for i, (t, _n) in enumerate(nodes)
-                                        if t == g.gpu_type and free[i] >= g.tp), None)
+        slot = None if fresh else next((i for i, (t, _n, z) in enumerate(nodes)
+                                        if (t, z) == (g.gpu_type, g.zone) and free[i] >= g.tp), None)
         if slot is None:
-            nodes.append((g.gpu_type, g.gpus_per_node))
+            nodes.append((g.gpu_type, g.gpus_per_node, g.zone))
             free.append(g.gpus_per_node)
             slot = len(nodes) - 1
         first = nodes[slot][1] - free[slot]
@@ -257,6 +276,20 @@ def _placement(run: SailorRun) -> tuple[list[tuple[str, int]], dict[Group, list[
         raise SpecError(f"{run.name}: N: {run.nodes} nodes, but the plan's groups take {len(nodes)} "
                         f"(one per group where N equals the number of groups, else packed by GPU type)")
     return nodes, ids
+
+
+def _check_node_sizes(run: SailorRun, data: Path, where: str) -> None:
+    """A group's gpus_per_node against the node size configs/basic_cluster_config.json gives its type
+    (where the data folder has that file)."""
+    path = data / "configs" / "basic_cluster_config.json"
+    if not path.is_file():
+        return
+    sizes = _load(path)
+    for g in run.groups:
+        size = sizes.get(g.gpu_type, {}).get("gpus_per_node") if isinstance(sizes.get(g.gpu_type), dict) else None
+        if _whole(size) and g.gpus_per_node > size:
+            raise SpecError(f"{where}: pipeline_list[0].tmp_per_stage[{g.stage}][{g.replica}]: {g.gpus_per_node} "
+                            f"GPUs per {g.gpu_type} node, but {path.name} gives {g.gpu_type} nodes {size}")
 
 
 def _plateau(table: dict, *keys: str) -> float | None:
@@ -271,46 +304,67 @@ def _plateau(table: dict, *keys: str) -> float | None:
                         f"got {table!r}") from None
 
 
-def to_cluster(run: SailorRun, data: Path, zone: str = "us-central1-a") -> dict:
+def to_cluster(run: SailorRun, data: Path) -> dict:
     """A hetsim cluster document: a node per Sailor node, its GPU links and network interface from
-    Sailor's fitted bandwidths, and a slower path between two nodes where Sailor measured one."""
+    Sailor's fitted bandwidths (looked up in each node's zone), and a slower path between two nodes
+    where Sailor measured one. A one-node plan needs no bandwidth between nodes."""
     nodes, _ids = _placement(run)
     intra = _load(data / "network" / "intra_node_bandwidths.json")
-    inter = _load(data / "network" / "multizone_bandwidths_het.json").get(zone, {})
+    inter = _load(data / "network" / "multizone_bandwidths_het.json")
     docs = []
-    for i, (gtype, count) in enumerate(nodes):
+    for i, (gtype, count, zone) in enumerate(nodes):
         _hetsim_type(gtype)                   # an unknown type is named before any bandwidth lookup
         fabric = _plateau(intra, gtype, str(count))
         if fabric is None:                     # one GPU per node: nothing to measure inside
             fabric = max((v[1] for v in intra.get(gtype, {}).values()), default=16e9)
-        nic = _plateau(inter, gtype, str(count), zone, gtype, str(count))
-        if nic is None:
-            raise SpecError(f"{data}/network/multizone_bandwidths_het.json: no bandwidth between two "
-                            f"{gtype} nodes of {count} GPUs in {zone}")
-        # A node whose bandwidth grows with the GPUs talking (n GPUs: ~n x one GPU's) has a network
-        # interface per GPU; one whose bandwidth does not shares a single interface.
-        single = _plateau(inter, gtype, "1", zone, gtype, "1")
-        rails = count > 1 and single is not None and nic >= 0.9 * count * single
         node = {"name": _node_name(i), "gpus": [{"type": _hetsim_type(gtype), "count": count}],
                 "intra_link": {"kind": "nvlink" if gtype in NVLINK_TYPES else "pcie",
-                               "bandwidth_GBps": round(fabric / 1e9, 4)},
-                "network": {"kind": "ethernet", "bandwidth_GBps": round((single if rails else nic) / 1e9, 4)}}
-        if rails:
-            node["nic_per_gpu"] = True
+                               "bandwidth_GBps": round(fabric / 1e9, 4)}}
+        if len(nodes) > 1:
+            node.update(_interface(run, inter, gtype, count, zone))
         docs.append(node)
-    paths = []
-    for a in range(len(nodes)):
-        for b in range(a + 1, len(nodes)):
-            (ta, na), (tb, nb) = nodes[a], nodes[b]
-            pair = _plateau(inter, ta, str(na), zone, tb, str(nb))
-            if pair is not None and pair < 0.9 * min(_node_Bps(docs[a]), _node_Bps(docs[b])):
-                paths.append({"nodes": [_node_name(a), _node_name(b)], "bandwidth_GBps": round(pair / 1e9, 4)})
     doc = {"name": f"sailor-{run.name}", "description": f"imported from Sailor plan {run.name}",
-           "network": {"kind": "ethernet", "bandwidth_GBps": max(d["network"]["bandwidth_GBps"] for d in docs)},
+           "network": {"kind": "ethernet", "bandwidth_GBps": max(d["network"]["bandwidth_GBps"] for d in docs)}
+           if len(nodes) > 1 else {"kind": "ethernet", "bandwidth_GBps": docs[0]["intra_link"]["bandwidth_GBps"]},
            "nodes": docs}
+    if len(nodes) == 1:
+        doc["description"] += " (one node: its network is not used, and is set to the node's own link)"
+    paths = _slow_paths(nodes, docs, inter)
     if paths:
         doc["paths"] = paths
     return doc
+
+
+def _interface(run: SailorRun, inter: dict, gtype: str, count: int, zone: str) -> dict:
+    """A node's network interface: Sailor's bandwidth between two such nodes in its zone. A node whose
+    bandwidth grows with the GPUs talking (n GPUs: ~n x one GPU's) has an interface per GPU; one whose
+    bandwidth does not shares a single interface."""
+    if zone not in inter:
+        where = next(f"tmp_per_stage[{g.stage}][{g.replica}]" for g in run.groups if g.zone == zone)
+        raise SpecError(f"{run.name}: pipeline_list[0].{where}: zone {zone!r} is not in "
+                        f"multizone_bandwidths_het.json (it has {', '.join(sorted(inter))})")
+    nic = _plateau(inter, zone, gtype, str(count), zone, gtype, str(count))
+    if nic is None:
+        raise SpecError(f"multizone_bandwidths_het.json: no bandwidth between two {gtype} nodes of {count} GPUs "
+                        f"in {zone}, which {run.name}'s nodes talk over")
+    single = _plateau(inter, zone, gtype, "1", zone, gtype, "1")
+    rails = count > 1 and single is not None and nic >= 0.9 * count * single
+    out: dict = {"network": {"kind": "ethernet", "bandwidth_GBps": round((single if rails else nic) / 1e9, 4)}}
+    if rails:
+        out["nic_per_gpu"] = True
+    return out
+
+
+def _slow_paths(nodes: list[tuple[str, int, str]], docs: list[dict], inter: dict) -> list[dict]:
+    """A path between two nodes where Sailor measured the pair slower than both interfaces."""
+    paths = []
+    for a in range(len(nodes)):
+        for b in range(a + 1, len(nodes)):
+            (ta, na, za), (tb, nb, zb) = nodes[a], nodes[b]
+            pair = _plateau(inter, za, ta, str(na), zb, tb, str(nb))
+            if pair is not None and pair < 0.9 * min(_node_Bps(docs[a]), _node_Bps(docs[b])):
+                paths.append({"nodes": [_node_name(a), _node_name(b)], "bandwidth_GBps": round(pair / 1e9, 4)})
+    return paths
 
 
 def _node_Bps(node: dict) -> float:
@@ -357,6 +411,10 @@ def _layer_updates(column: list[float], param_bytes: list[int]) -> list[float]:
 
 
 def _measured_rows(measured: dict, model: str, gtype: str, mbs: int, tp: int, n: int) -> list[list[float]]:
+    if not isinstance(measured, dict) or model not in measured:
+        have = ", ".join(sorted(measured)) if isinstance(measured, dict) else "none"
+        raise SpecError(f"profiles_tmp.json: no times for model {model!r}, the training config's `model` (it has "
+                        f"{have}); run with --derived to predict without measured times")
     try:
         table = measured[model][gtype][str(mbs)][str(tp)]
     except (KeyError, TypeError):
@@ -439,6 +497,7 @@ def import_run(plan_path: str | Path, data: str | Path, training_config: str | P
             raise SpecError(f"{Path(plan_path).name}: pipeline_list[0].tmp_per_stage[{g.stage}][{g.replica}]: "
                             f"tensor-parallel degree {g.tp} cannot split {model}'s {shape.heads} attention heads "
                             f"({shape.kv} key/value heads); a degree must divide {divisor}")
+    _check_node_sizes(run, data, Path(plan_path).name)
     cluster = to_cluster(run, data)           # names an unknown GPU type before looking for its times
     profile = to_profile(run, model, shape, data if measured_times else None)
     return Imported(cluster, profile, to_plan(run, model, optimizer), run, shape)

@@ -82,5 +82,5 @@ def run(args: argparse.Namespace) -> int:
         if note:
             print(f"hetsim import sailor: warning: {note}", file=sys.stderr)
     print(f"predict it: hetsim simulate --cluster {paths['cluster']} --profile {paths['profile']} "
-          f"--plan {paths['plan']} --waves 3 --warmup-waves 1")
+          f"--plan {paths['plan']} --waves 3 --warmup-waves 1 --jitter 0")
     return 0

@@ -50,7 +50,7 @@ def predict(plan_path: Path, args: argparse.Namespace, workdir: Path) -> dict:
     if args.network_latency_us is not None:
         cluster = with_network_latency(cluster, args.network_latency_us * 1e-6)
     report = hetsim.simulate(cluster, hetsim.load_profile(files["profile"]), files["plan"],
-                             waves=args.waves, warmup_waves=1, trace=True)
+                             waves=args.waves, warmup_waves=1, jitter_cv=args.jitter, trace=True)
     measured = pd.read_json(files["measured"], typ="series")
     reserve = lambda g: (g.memory_breakdown.get("reserve_bytes", 0) if args.reserve_gib is None
                          else int(args.reserve_gib * GIB))    # the leave-one-set-out check: another set's
@@ -70,8 +70,8 @@ def grad_reduce(report, measured_s: float | None) -> dict:
     """Seconds the last iteration's gradient all-reduce holds a GPU, from its reaching it to the end (so
     with the wait for slower replicas), against Sailor's `red_grads`. Which rank Sailor timed is not
     recorded; the compared one is global rank 0 as Megatron numbers ranks (TP rank 0 of the first
-    replica's first stage), with the spread over every GPU beside it. A plan with one replica per
-    stage reduces nothing and predicts 0 s."""
+    replica's first stage), with the spread over every replica's stages beside it (their TP rank 0s,
+    which the simulator times). A plan with one replica per stage reduces nothing and predicts 0 s."""
     spans = _last_reduce_spans(report.trace)
     first = next(g.id for g in report.gpus if g.vw == report.gpus[0].vw and g.stage == 0)
     rank0 = spans.get(first, 0.0)
@@ -221,7 +221,7 @@ def plot(table: pd.DataFrame, path: Path) -> None:
 
 
 def _plot_reduce(ax, table: pd.DataFrame) -> None:
-    """Gradient all-reduce per iteration: rank 0's prediction, with the range over every GPU as a bar."""
+    """Gradient all-reduce per iteration: rank 0's prediction, with the range over the stages' lead GPUs as a bar."""
     import matplotlib.ticker
     shown = table[(table["measured_grad_reduce_s"] > 0) & (table["predicted_grad_reduce_s"] > 0)]
     if shown.empty:
@@ -229,7 +229,7 @@ def _plot_reduce(ax, table: pd.DataFrame) -> None:
         return
     for (name, rows), marker in zip(shown.groupby("set", sort=False), "os^D"):
         dots = ax.scatter(rows["measured_grad_reduce_s"], rows["predicted_grad_reduce_s"], marker=marker,
-                          label=f"hetsim, {name} (rank 0; bar: every GPU)")
+                          label=f"hetsim, {name} (rank 0; bar: every stage replica)")
         ax.vlines(rows["measured_grad_reduce_s"], rows["predicted_grad_reduce_min_s"],
                   rows["predicted_grad_reduce_max_s"], colors=dots.get_facecolor(), lw=1)
     values = pd.concat([shown["measured_grad_reduce_s"], shown["predicted_grad_reduce_min_s"],
@@ -248,6 +248,8 @@ def _check_arguments(args: argparse.Namespace) -> None:
     """What applies to the whole run, refused before the first plan rather than once per plan."""
     if args.waves < 2:
         raise HetsimError(f"--waves {args.waves}: at least 2 (the first is left out)")
+    if not 0 <= args.jitter < 1:
+        raise HetsimError(f"--jitter {args.jitter}: a coefficient of variation in [0, 1)")
     if args.reserve_gib is not None and not 0 <= args.reserve_gib <= 1e6:
         raise HetsimError(f"--reserve-gib {args.reserve_gib}: a reserve is a finite number of GiB >= 0")
     if args.network_latency_us is not None and not 0 <= args.network_latency_us <= 1e9:
@@ -274,6 +276,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--precision", default="tf32", choices=("fp32", "tf32", "fp16", "bf16"),
                    help="the runs' precision (default tf32: FP32 tensors, TF32 matrix products)")
     p.add_argument("--waves", type=int, default=3, help="iterations simulated, the first left out (default 3)")
+    p.add_argument("--jitter", type=float, default=0.0, metavar="CV",
+                   help="pass-to-pass variation of compute times, as hetsim simulate's --jitter (default 0: "
+                        "the tables; the simulate command's own default is 0.02)")
     p.add_argument("--fit-reserve", action="store_true", help="print the fitted reserve per GPU type and stop")
     p.add_argument("--reserve-gib", type=float, default=None, metavar="GIB",
                    help="use this framework reserve on every GPU instead of the GPU files' (to test a "
