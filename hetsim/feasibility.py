@@ -68,8 +68,24 @@ def vw_schedule(plan: Plan, vw: VirtualWorker, cluster: Cluster, profile: ModelP
     return build_schedule(plan.schedule, vw.n_devices, plan.nm, waves, plan.sync.mode, costs, vw.chunks)
 
 
+_MEMORY_WAVES = (4, 8, 16, 32, 64)    # schedule lengths tried for the steady state
+
+
 def plan_memory(plan: Plan, cluster: Cluster, profile: ModelProfile, waves: int = 4) -> dict[str, StageMemory]:
-    """Peak memory of every GPU in the plan, from the in-flight counts of its schedule."""
+    """Peak memory of every GPU in the plan, from the in-flight counts its schedule reaches in steady
+    state: a schedule of 4 waves, lengthened while a longer one holds more (a schedule shaped by costs
+    can take several waves to fill), so that whether a plan fits is the plan's, not a run's length.
+    `waves` is kept for callers; it no longer changes the answer."""
+    memory = _plan_memory(plan, cluster, profile, _MEMORY_WAVES[0])
+    for longer in _MEMORY_WAVES[1:]:
+        more = _plan_memory(plan, cluster, profile, longer)
+        if all(more[g].total_bytes <= memory[g].total_bytes for g in more):
+            break
+        memory = more
+    return memory
+
+
+def _plan_memory(plan: Plan, cluster: Cluster, profile: ModelProfile, waves: int) -> dict[str, StageMemory]:
     out = {}
     settings = MemorySettings.of(plan)
     topology = Topology(cluster) if schedule_kind(plan.schedule).needs_costs else None

@@ -276,3 +276,19 @@ def test_a_plan_naming_a_gpu_the_cluster_lacks_or_an_unknown_model_is_told_at_it
     (tmp_path / "v.json").write_text(json.dumps({**doc, "model": "mlpx"}))
     one_line_error(*run_cli(capsys, "validate", "--plan", str(tmp_path / "v.json")),
                    "v.json: model: unknown model 'mlpx'; did you mean 'mlp'?")
+
+
+def test_the_command_plan_prints_reproduces_its_rank_1_with_the_searchs_settings(tmp_path, capsys):
+    """The printed simulate command carries --waves, --jitter and --seed (simulate's defaults differ)."""
+    import re
+    import shlex
+    out = tmp_path / "p.json"
+    assert main(["plan", "--cluster", "hetpipe_4node", "--model", "vgg19_b32_analytic", "--show", "1",
+                 "--waves", "6", "--jitter", "0.05", "--seed", "3", "--policies", "ED", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    ranked = float(re.search(r"(\d+\.\d)\*", printed).group(1))
+    command = re.search(r"run it with `hetsim (simulate [^`]+)`", printed).group(1)
+    assert "--waves 6" in command and "--jitter 0.05" in command and "--seed 3" in command
+    assert main(shlex.split(command) + ["--json"]) == 0
+    again = json.loads(capsys.readouterr().out)["throughput"]["samples_per_s"]
+    assert round(again, 1) == ranked

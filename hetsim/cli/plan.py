@@ -181,9 +181,11 @@ def run(args: argparse.Namespace) -> int:
         print("\n" + accuracy)
     if args.out:
         save_plan(result.best.plan, args.out)
-        slowdown = "".join(f" --slowdown {item}" for item in args.slowdown)
+        # The settings the ranking simulated with, so that the command reproduces rank 1's figure.
+        settings = (f" --waves {args.waves} --warmup-waves {min(2, args.waves - 1)} --jitter {args.jitter:g} "
+                    f"--seed {args.seed}" + "".join(f" --slowdown {item}" for item in args.slowdown))
         print(f"\nwrote {args.out} (rank 1: {result.best.plan.name}); run it with "
-              f"`hetsim simulate --cluster {args.cluster} --profile {args.model} --plan {args.out}{slowdown}`")
+              f"`hetsim simulate --cluster {args.cluster} --profile {args.model} --plan {args.out}{settings}`")
     return 0
 
 
