@@ -286,7 +286,8 @@ def _check_node_sizes(run: SailorRun, data: Path, where: str) -> None:
         return
     sizes = _load(path)
     for g in run.groups:
-        size = sizes.get(g.gpu_type, {}).get("gpus_per_node") if isinstance(sizes.get(g.gpu_type), dict) else None
+        entry = sizes.get(g.gpu_type) if isinstance(sizes, dict) else None
+        size = entry.get("gpus_per_node") if isinstance(entry, dict) else None
         if _whole(size) and g.gpus_per_node > size:
             raise SpecError(f"{where}: pipeline_list[0].tmp_per_stage[{g.stage}][{g.replica}]: {g.gpus_per_node} "
                             f"GPUs per {g.gpu_type} node, but {path.name} gives {g.gpu_type} nodes {size}")
