@@ -10,7 +10,7 @@ from __future__ import annotations
 import statistics
 
 from hetsim.report import GpuStats, Report
-from hetsim.report_sections import RunRecords, plan_window, run_sections
+from hetsim.report_sections import RunRecords, plan_window, run_sections, window_notes
 from hetsim.trace import TraceWriter
 
 from executor.emulation import EMULATION_NOTE
@@ -47,7 +47,7 @@ def build_measured_report(job, layout: RankLayout, records: list[RankRecord], sc
         kind="measurement", plan=plan.to_dict(), cluster=job.cluster.name, model=job.model,
         profile_source=f"measured by the executor (torch.distributed, {records[0].backend})",
         settings=_settings(opts, plan, records[0].backend), gpus=_gpus(job, layout, records, clipped, end - start),
-        links=[], notes=_notes(opts, plan.sync.mode), training=_training(plan, layout, records, clipped, origin, start, end),
+        links=[], notes=_notes(opts, plan.sync.mode) + window_notes(plan, window), training=_training(plan, layout, records, clipped, origin, start, end),
         losses=_loss_curve(records, origin), **run_sections(plan, run))
     if opts.trace:
         report.trace = _trace(job, layout, records, origin)

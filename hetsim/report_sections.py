@@ -14,7 +14,7 @@ from hetsim.plan import ASYNC_SCHEDULES, Plan
 from hetsim.report import VwStats, distribution
 from hetsim.window import SteadyWindow, steady_window
 
-__all__ = ["RunRecords", "plan_window", "drain_minibatches", "run_sections", "staleness_bounds"]
+__all__ = ["RunRecords", "plan_window", "window_notes", "drain_minibatches", "run_sections", "staleness_bounds"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,6 +40,15 @@ def plan_window(plan: Plan, completions: list[list[float]], warmup: int) -> Stea
     final drain (hetsim.window)."""
     return steady_window(completions, warmup, period=plan.nm, locked=plan.sync.mode == "wsp",
                          drain=drain_minibatches(plan))
+
+
+def window_notes(plan: Plan, window: SteadyWindow) -> list[str]:
+    """Say when some VW had no whole wave inside the window, so that its rate is not a steady state's."""
+    if not window.whole_run:
+        return []
+    names = ", ".join(plan.virtual_workers[i].name for i in window.whole_run)
+    return [f"window: {window.duration:.3g} s, less than a whole wave of {names}, each timed instead over its "
+            "whole run after warm-up (pipeline fill included): not a steady-state rate; simulate more waves"]
 
 
 def drain_minibatches(plan: Plan) -> int:

@@ -35,6 +35,7 @@ class SteadyWindow:
     end: float
     spans: tuple[tuple[float, float, int], ...]     # per VW: (first, last completion, minibatches)
     locked: bool = False                            # WSP: long-run rates are the slowest VW's
+    whole_run: tuple[int, ...] = ()                 # VWs with no whole wave inside, timed over their run
 
     @property
     def duration(self) -> float:
@@ -88,8 +89,8 @@ def steady_window(completions: list[list[float]], warmup: int, origin: float = 0
     end = min(times[-1] for times in completions)
     if end <= start:
         return None
-    spans = []
-    for times in completions:
+    spans, whole_run = [], []
+    for vw, times in enumerate(completions):
         t = [origin] + list(times)              # t[k]: when the VW had completed k minibatches
         # From its first completion at or after the window opens (a VW that warmed up early and then
         # waited for a late one is not timed over that wait), moved on to the same phase of a wave as
@@ -101,5 +102,6 @@ def steady_window(completions: list[list[float]], warmup: int, origin: float = 0
             # Nothing whole inside the window (a large staleness bound in a short run): time its
             # whole run after warm-up instead.
             first, last = warmup, len(t) - 1
+            whole_run.append(vw)
         spans.append((t[first], t[last], last - first))
-    return SteadyWindow(start, end, tuple(spans), locked)
+    return SteadyWindow(start, end, tuple(spans), locked, tuple(whole_run))

@@ -33,6 +33,7 @@ def test_a_vw_with_nothing_inside_the_window_is_timed_over_its_whole_run():
     w = steady_window([[1.0, 2.0, 3.0, 4.0], [1.5, 5.0, 6.0]], warmup=1)
     assert w.end == 4.0
     assert w.spans[1] == (1.5, 6.0, 2)
+    assert w.whole_run == (1,)          # and the window says so (a report note: not a steady state)
 
 
 def test_a_vw_that_waited_for_a_late_one_is_not_timed_over_the_wait():
@@ -79,3 +80,16 @@ def test_a_final_drain_is_left_out_where_the_run_has_a_wave_to_spare():
     w = steady_window([drained], warmup=2, period=2, drain=2)
     assert w.end == 10.0 and w.rate(0) == pytest.approx(1.0)
     assert steady_window([drained], warmup=2, period=2).rate(0) > 1.0
+
+
+def test_a_run_too_short_for_a_whole_wave_in_its_window_says_its_rate_is_no_steady_state():
+    import hetsim
+    from hetsim.data import resolve
+    from hetsim.cluster import load_cluster
+    from hetsim.plan import load_plan
+    args = (load_cluster(resolve("cluster", "hetpipe_4node")), hetsim.load_profile(resolve("profile", "vgg19_b32_analytic")),
+            load_plan(resolve("plan", "hetpipe_vgg19_ed")))
+    short = hetsim.simulate(*args, waves=3, warmup_waves=2, jitter_cv=0.02, trace=False)
+    steady = hetsim.simulate(*args, waves=20, warmup_waves=2, jitter_cv=0.02, trace=False)
+    assert any(n.startswith("window: ") and "not a steady-state rate" in n for n in short.notes)
+    assert not any(n.startswith("window: ") for n in steady.notes)

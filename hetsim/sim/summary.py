@@ -12,7 +12,7 @@ from hetsim.memory import StageMemory
 from hetsim.plan import Plan
 from hetsim.profile import ModelProfile
 from hetsim.report import GpuStats, LinkStats, Report
-from hetsim.report_sections import RunRecords, plan_window, run_sections
+from hetsim.report_sections import RunRecords, plan_window, run_sections, window_notes
 from hetsim.sim.pipeline import Stage
 from hetsim.sim.recorder import Recorder
 from hetsim.sim.world import World
@@ -39,7 +39,8 @@ def build_report(world: World, rec: Recorder, plan: Plan, cluster: Cluster, prof
         kind="prediction", plan=plan.to_dict(), cluster=cluster.name, model=profile.model,
         profile_source=profile.source, settings=_settings(options, world),
         gpus=_gpus(world, plan, memory, stages, start, end, span), links=_links(world, start, end, span),
-        notes=_notes(profile, options, cluster, plan) + _wsp_notes(rec, plan, window, options),
+        notes=(_notes(profile, options, cluster, plan) + _wsp_notes(rec, plan, window, options)
+               + window_notes(plan, window)),
         **run_sections(plan, run))
 
 
