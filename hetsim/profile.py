@@ -151,7 +151,8 @@ class ModelProfile:
         if gpu_type not in self.gpu_types:
             raise PlanError(f"profile {self.model}: no layer times for GPU type {gpu_type!r} "
                             f"(it has: {', '.join(sorted(self.gpu_types))}); derive them with "
-                            f"`hetsim profile --derive-for {gpu_type}`")
+                            f"`hetsim profile --derive-for {gpu_type}`, with --cluster FILE where a cluster file "
+                            "defines the type")
 
     def _prefix(self, values) -> np.ndarray:
         return np.concatenate(([0.0], np.cumsum(np.asarray(values, dtype=float))))

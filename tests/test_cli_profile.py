@@ -189,3 +189,21 @@ def test_block_parts_by_kernel_class_add_up_to_the_counted_block():
     assert block.parts[0].flops_fwd == 2 * 2 * 64 * 12 * 768**2          # 2 x tokens x the 12 d^2 weights
     assert block.parts[1].flops_fwd == 2 * 2 * 2 * 64**2 * 768             # QK^T and AV: 2 x 2 x b s^2 d
     assert all(c.parts == () for c in split if c.kind != "Block")
+
+
+def test_a_gpu_type_a_cluster_file_defines_is_derived_with_cluster(tmp_path, capsys):
+    cluster = tmp_path / "c.yaml"
+    cluster.write_text("""name: custom
+network: {kind: ethernet, bandwidth_GBps: 1}
+gpu_types:
+  - {name: my-gpu, display_name: My GPU, memory_gib: 16, memory_bandwidth_GBps: 900, peak_fp32_tflops: 15,
+     peak_fp16_tflops: 60, tensor_cores: true, sources: [test]}
+nodes:
+  - {name: n0, gpus: [{type: my-gpu, count: 2}], intra_link: {kind: pcie, gen: 3}}
+""")
+    out = tmp_path / "p.yaml"
+    args = ["profile", "--model", "mlp", "--batch", "8", "--no-measure", "--derive-for", "my-gpu", "--out", str(out), "-q"]
+    assert main(args) == 2
+    assert "unknown GPU type 'my-gpu'" in capsys.readouterr().err
+    assert main(args + ["--cluster", str(cluster)]) == 0
+    assert load_profile(out).gpu_types == {"my-gpu"}

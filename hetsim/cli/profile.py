@@ -44,6 +44,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="measure nothing: count FLOPs/bytes on the meta device and only derive times")
     p.add_argument("--derive-for", default="", metavar="TYPES",
                    help="comma-separated GPU types (gpu_profiles/gpus) to derive roofline times for, or 'all'")
+    p.add_argument("--cluster", default=None, metavar="FILE",
+                   help="a cluster file whose own gpu_types --derive-for may name too (and 'all' includes)")
     p.add_argument("--precision", default="fp32", choices=PRECISIONS,
                    help="training precision to measure at and derive for: fp32 (CUDA cores, TF32 off), tf32, "
                         "fp16 or bf16 (the model in 16 bit on tensor cores); default %(default)s")
@@ -73,6 +75,10 @@ def run(args: argparse.Namespace) -> int:
     """Check the arguments here, then measure and derive with modelzoo.profile_command.run."""
     from hetsim.gpu import load_gpu_types
     gpus = load_gpu_types()
+    if args.cluster:
+        from hetsim.cluster import load_cluster
+        from hetsim.data import resolve
+        gpus |= load_cluster(resolve("cluster", args.cluster)).gpu_types
     derive_for = _gpu_names(args.derive_for, gpus)
     if args.no_measure and not derive_for:
         raise SpecError("--no-measure needs --derive-for: otherwise the profile would have no times")
@@ -120,7 +126,8 @@ def _gpu_names(text: str, gpus: dict) -> list[str]:
     for n in names:
         if n not in gpus:
             close = difflib.get_close_matches(n, gpus, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else f"; shipped: {', '.join(sorted(gpus))}"
+            hint = (f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(sorted(gpus))}"
+                    " (a type a cluster file defines needs --cluster FILE)")
             raise SpecError(f"--derive-for: unknown GPU type {n!r}{hint}")
     return names
 
