@@ -64,6 +64,11 @@ class SailorRun:
     measured_iter_s: float | None
     measured_mem_bytes: int | None
     measured_grad_reduce_s: float | None
+    file: str = ""                                # the plan file's name, for errors
+
+    @property
+    def where(self) -> str:
+        return self.file or self.name
 
     @property
     def stages(self) -> int:
@@ -165,7 +170,7 @@ def _read_plan(path: Path) -> SailorRun:
     return SailorRun(name=path.stem, mbs=fields["mbs"], gbs=fields["gbs"], nodes=fields["N"], layers=layers,
                      groups=tuple(groups), measured_iter_s=_measured(doc, "real", where, float),
                      measured_mem_bytes=_measured(doc, "max_mem", where, int),
-                     measured_grad_reduce_s=_measured(doc, "red_grads", where, float, zero=True))
+                     measured_grad_reduce_s=_measured(doc, "red_grads", where, float, zero=True), file=path.name)
 
 
 def _whole(value: Any) -> bool:
@@ -261,7 +266,7 @@ def _placement(run: SailorRun) -> tuple[list[tuple[str, int, str]], dict[Group, 
     fresh = run.nodes == len(run.groups) or run.nodes == 0
     for g in run.groups:
         if g.tp > g.gpus_per_node:
-            raise SpecError(f"{run.name}: stage {g.stage} replica {g.replica}: tensor-parallel degree {g.tp} "
+            raise SpecError(f"{run.where}: stage {g.stage} replica {g.replica}: tensor-parallel degree {g.tp} "
                             f"exceeds the {g.gpus_per_node} GPUs of a {g.gpu_type} node")
         slot = None if fresh else next((i for i, (t, _n, z) in enumerate(nodes)
                                         if (t, z) == (g.gpu_type, g.zone) and free[i] >= g.tp), None)
@@ -273,7 +278,7 @@ def _placement(run: SailorRun) -> tuple[list[tuple[str, int, str]], dict[Group, 
         ids[g] = [f"{_node_name(slot)}/gpu{first + k}" for k in range(g.tp)]
         free[slot] -= g.tp
     if run.nodes and len(nodes) > run.nodes:
-        raise SpecError(f"{run.name}: N: {run.nodes} nodes, but the plan's groups take {len(nodes)} "
+        raise SpecError(f"{run.where}: N: {run.nodes} nodes, but the plan's groups take {len(nodes)} "
                         f"(one per group where N equals the number of groups, else packed by GPU type)")
     return nodes, ids
 
@@ -342,7 +347,7 @@ def _interface(run: SailorRun, inter: dict, gtype: str, count: int, zone: str) -
     bandwidth does not shares a single interface."""
     if zone not in inter:
         where = next(f"tmp_per_stage[{g.stage}][{g.replica}]" for g in run.groups if g.zone == zone)
-        raise SpecError(f"{run.name}: pipeline_list[0].{where}: zone {zone!r} is not in "
+        raise SpecError(f"{run.where}: pipeline_list[0].{where}: zone {zone!r} is not in "
                         f"multizone_bandwidths_het.json (it has {', '.join(sorted(inter))})")
     nic = _plateau(inter, zone, gtype, str(count), zone, gtype, str(count))
     if nic is None:
@@ -449,11 +454,11 @@ def to_plan(run: SailorRun, model: str, optimizer: str) -> Plan:
     _nodes, ids = _placement(run)
     dp = {len(run.replicas(s)) for s in range(run.stages)}
     if len(dp) != 1:
-        raise SpecError(f"{run.name}: stages have different data-parallel degrees {sorted(dp)}; hetsim's "
+        raise SpecError(f"{run.where}: stages have different data-parallel degrees {sorted(dp)}; hetsim's "
                         "virtual workers need the same number of replicas in every stage")
     n_dp = dp.pop()
     if run.gbs % (run.mbs * n_dp):
-        raise SpecError(f"{run.name}: gbs {run.gbs} is not a multiple of mbs x dp = {run.mbs * n_dp}")
+        raise SpecError(f"{run.where}: gbs {run.gbs} is not a multiple of mbs x dp = {run.mbs * n_dp}")
     bounds = [(min(l), max(l) + 1) for l in run.layers]
     vws = []
     for r in range(n_dp):
