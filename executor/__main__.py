@@ -58,9 +58,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         from executor.launch import layout_of, make_job, one_line, rank_main, report_from_records, torchrun_error
-        if args.out:
+        if args.out and os.environ.get("RANK", "0") == "0":
+            # Before the run, not after it; by the rank that writes it alone: torchrun starts every rank
+            # at once, and the check makes and removes the folder, which concurrent checks trip over.
             from hetsim.cli.arguments import check_output_dir
-            check_output_dir(args.out, "--out")        # before the run, not after it
+            check_output_dir(args.out, "--out")
         job = make_job(args.plan, args.cluster, args.model, profile=args.profile, options=options_from_args(args),
                        model_kwargs=model_kwargs(args.model_arg))
         layout = layout_of(job)

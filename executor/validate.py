@@ -626,6 +626,8 @@ def run(args: argparse.Namespace) -> int:
         if warning:
             print(f"warning: {warning}")
     if args.out:
+        from hetsim.convergence import attach_time_to_accuracy
+        attach_time_to_accuracy(prediction)      # as `hetsim simulate` (inputs/command.txt) attaches it
         prediction.write(os.path.join(args.out, "prediction"))
         measurement.write(os.path.join(args.out, "measurement"))
         again = write_inputs(inputs, os.path.join(args.out, "inputs"))

@@ -298,6 +298,14 @@ def optimizer_mismatch(model: ConvergenceModel, optimizer: str | None) -> str:
             f"{fitted}, and the plan trains with {planned}; fit one for it with experiments/time_to_accuracy/fit.py")
 
 
+def batch_note(model: ConvergenceModel, minibatch: int) -> str:
+    """A caution where the plan's minibatch is not the one the entry was fitted at, or ""."""
+    if minibatch == model.minibatch_size:
+        return ""
+    return (f"time to accuracy: the {model.model}/{model.task} entry was fitted on runs at minibatch "
+            f"{model.minibatch_size}, the plan trains at {minibatch}; its constants are not known to hold there")
+
+
 # what the CLI calls ------------------------------------------------------------------------------
 def attach_time_to_accuracy(report, target: float | None = None, path: str | Path | None = None) -> None:
     """Give `report` its time_to_accuracy section when its model has a convergence entry fitted with
@@ -315,6 +323,9 @@ def attach_time_to_accuracy(report, target: float | None = None, path: str | Pat
         return
     ttt = time_to_target(model, report, target)
     report.time_to_accuracy = {**ttt.to_dict(), "entry": f"{model.model}/{model.task}"}
+    note = batch_note(model, report.plan["minibatch_size"])
+    if note:
+        report.notes.append(note)
 
 
 def rank_plans(result, cluster, profile, space, target: float | None = None, path: str | Path | None = None):
@@ -332,6 +343,10 @@ def rank_plans(result, cluster, profile, space, target: float | None = None, pat
     if mismatch:
         raise HetsimError(f"--objective time-to-accuracy: {mismatch}")
     simulated = [c for c in result.candidates if c.simulated_mb_s is not None]
+    if not simulated:
+        raise HetsimError("--objective time-to-accuracy: no candidate was simulated (the closed form alone "
+                          "ranked them: --cost-model pipedream, or a cluster past the search's simulation "
+                          "limit), and time to accuracy needs each plan's simulated staleness")
     timed = []
     for c in simulated:
         report = hetsim.simulate(cluster, profile, c.plan, waves=space.waves, warmup_waves=space.warmup_waves,
@@ -339,7 +354,9 @@ def rank_plans(result, cluster, profile, space, target: float | None = None, pat
         timed.append((c, time_to_target(model, report, target, c.simulated_mb_s * profile.batch_size)))
     ranked = rank_by_time(timed)
     rest = [c for c in result.candidates if c.simulated_mb_s is None]
-    table = [f"time to loss {model.at(target).loss:g} ({model.model}/{model.task}, hetsim.convergence): "
+    note = batch_note(model, profile.batch_size)
+    table = ([f"note: {note}"] if note else []) + [
+             f"time to loss {model.at(target).loss:g} ({model.model}/{model.task}, hetsim.convergence): "
              "simulated plans, fastest first",
              f"{'#':>3} {'policy':<18}{'Nm':>3}{'D':>3}{'samples/s':>11}{'staleness':>10}{'minibatches':>12}"
              f"{'seconds':>10}"]

@@ -231,3 +231,20 @@ def test_an_entry_fitted_with_another_optimizer_predicts_no_time_to_accuracy(tmp
     assert main(["plan", "--cluster", str(tmp_path / "c.yaml"), "--model", str(tmp_path / "p.yaml"), "--nm", "2",
                  "--waves", "6", "--jobs", "1", "--objective", "time-to-accuracy", "--optimizer", "adam"]) == 2
     assert "the plan trains with adam" in capsys.readouterr().err
+
+
+def test_time_to_accuracy_ranking_says_what_it_cannot_do(tmp_path, capsys):
+    """No simulated candidate: refused, not an empty table over the throughput pick; a minibatch other
+    than the entry's: a note; the printed command keeps the target."""
+    from hetsim.cli import main
+    (tmp_path / "c.yaml").write_text(TINY_CLUSTER_YAML)
+    (tmp_path / "p.yaml").write_text(_mlp_profile_yaml())
+    args = ["plan", "--cluster", str(tmp_path / "c.yaml"), "--model", str(tmp_path / "p.yaml"), "--nm", "2",
+            "--waves", "6", "--jobs", "1", "--objective", "time-to-accuracy"]
+    assert main(args + ["--cost-model", "pipedream"]) == 2
+    assert "needs simulated candidates" in capsys.readouterr().err
+    assert main(args + ["--batch", "32"]) == 0
+    assert "fitted on runs at minibatch 128, the plan trains at 32" in capsys.readouterr().out
+    assert main(args + ["--target-loss", "1.2", "--out", str(tmp_path / "b.json")]) == 0
+    out = capsys.readouterr().out
+    assert "fitted on runs at minibatch" not in out and out.rstrip().endswith("--target-loss 1.2`")

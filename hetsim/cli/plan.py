@@ -135,6 +135,9 @@ def _what_if(cluster, profile, items: list[str]):
 def run(args: argparse.Namespace) -> int:
     if args.target_loss is not None and args.objective != "time-to-accuracy":
         raise HetsimError("--target-loss: only with --objective time-to-accuracy")
+    if args.objective == "time-to-accuracy" and args.cost_model == "pipedream":
+        raise HetsimError("--objective time-to-accuracy: needs simulated candidates (their staleness); "
+                          "--cost-model pipedream ranks by its closed form alone")
     import hetsim
     from hetsim.planner import SearchSpace, search_plans
     from hetsim.plan import save_plan
@@ -161,7 +164,6 @@ def run(args: argparse.Namespace) -> int:
     cluster, profile = _what_if(cluster, profile, args.slowdown)
     started = time.perf_counter()
     result = search_plans(cluster, profile, space, progress=progress_factory(args.quiet, unit="plan"))
-    wall = time.perf_counter() - started
     if args.cost_model == "pipedream":
         from hetsim.planner.pipedream_cost import optimum_line, rerank
         result = rerank(result, cluster)
@@ -170,6 +172,7 @@ def run(args: argparse.Namespace) -> int:
     if args.objective == "time-to-accuracy":
         from hetsim.convergence import rank_plans
         result, accuracy = rank_plans(result, cluster, profile, space, args.target_loss)
+    wall = time.perf_counter() - started
     print(f"plan: {profile.model} (minibatch {profile.batch_size}, {_training(space)}) on {cluster.name} "
           f"({len(cluster.gpus)} GPUs): {len(result.candidates) + result.pruned} candidates "
           f"({result.pruned} below the listed ones by bound, not built), {result.simulated} simulated, "
@@ -183,7 +186,8 @@ def run(args: argparse.Namespace) -> int:
         save_plan(result.best.plan, args.out)
         # The settings the ranking simulated with, so that the command reproduces rank 1's figure.
         settings = (f" --waves {args.waves} --warmup-waves {min(2, args.waves - 1)} --jitter {args.jitter:g} "
-                    f"--seed {args.seed}" + "".join(f" --slowdown {item}" for item in args.slowdown))
+                    f"--seed {args.seed}" + "".join(f" --slowdown {item}" for item in args.slowdown)
+                    + (f" --target-loss {args.target_loss:g}" if args.target_loss is not None else ""))
         print(f"\nwrote {args.out} (rank 1: {result.best.plan.name}); run it with "
               f"`hetsim simulate --cluster {args.cluster} --profile {args.model} --plan {args.out}{settings}`")
     return 0

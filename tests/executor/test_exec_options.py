@@ -101,3 +101,18 @@ def test_the_learning_rate_defaults_to_the_plans_optimizers_and_the_report_says_
     assert _settings(ExecOptions(), replace(plan, optimizer="adamw"), "gloo")["lr"] == 1e-3
     settings = _settings(ExecOptions(), plan, "gloo")
     assert (settings["optimizer"], settings["lr"], settings["momentum"]) == ("momentum", 0.05, 0.9)
+
+
+def test_only_rank_0_checks_the_out_folder_it_alone_writes(tmp_path, monkeypatch, capsys):
+    """torchrun starts every rank at once; concurrent checks (each makes and removes the folder) raced."""
+    from executor.__main__ import main
+    blocked = tmp_path / "a_file"
+    blocked.write_text("")
+    plan = Path(__file__).resolve().parents[2] / "experiments" / "validation" / "plans" / "wsp_2vw_example.json"
+    args = ["--plan", str(plan), "--cluster", "cpu_host", "--ranks",
+            "--out", str(blocked / "out")]
+    monkeypatch.setenv("RANK", "1")
+    assert main(args) == 0                           # not rank 0: no check (and it writes nothing)
+    monkeypatch.setenv("RANK", "0")
+    assert main(args) == 2
+    assert "is a file, not a folder" in capsys.readouterr().err
