@@ -147,3 +147,19 @@ def test_a_scheduler_that_cannot_be_used_is_one_line(tmp_path, capsys, monkeypat
         code = main(["sweep", *BASE, "--vary", "seed=1", "--out", str(tmp_path), "--scheduler", address])
         err = capsys.readouterr().err
         assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_grid_past_max_points_is_refused_before_any_point_runs(tmp_path, capsys):
+    from hetsim.cli import main
+    args = ["sweep", "--vary", "seed=" + ",".join(map(str, range(101))), "--vary",
+            "jitter=" + ",".join(f"0.0{i}" for i in range(1, 10)) + ",0.1", "--out", str(tmp_path / "s"), "-q"]
+    assert main(args + ["--max-points", "1000"]) == 2
+    assert "101 x 10 = 1,010 points, more than --max-points 1,000" in capsys.readouterr().err
+    assert not (tmp_path / "s").exists()
+
+
+def test_the_printed_table_keeps_distinct_axis_values_distinct():
+    from hetsim.cli.sweep import format_rows
+    rows = [{"seed": s, "jitter": 0.02, "samples_per_s": 1.0, "error": ""} for s in (1234567, 1234568)]
+    table = format_rows(rows, ["seed", "jitter"])
+    assert "1234567" in table and "1234568" in table

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import math
 from pathlib import Path
 
 from hetsim.cli.arguments import check_output_dir, whole
@@ -19,6 +20,9 @@ from hetsim.errors import HetsimError
 from hetsim.outputs import staged, write_text
 
 __all__ = ["add_arguments", "run", "write_csv"]
+
+
+MAX_POINTS = 10_000     # a grid past this is more often a typo than a plan (10 000 points take hours)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -33,6 +37,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="run on a Dask cluster already running, e.g. tcp://10.0.0.5:8786, instead of a local one "
                    "(its workers need hetsim installed)")
     p.add_argument("--no-plots", action="store_true", help="skip sweep.png")
+    p.add_argument("--max-points", type=whole(1), default=MAX_POINTS, metavar="N",
+                   help=f"refuse a grid of more points than this (default {MAX_POINTS}), before running any")
     add_quiet(p)
 
 
@@ -40,6 +46,10 @@ def run(args: argparse.Namespace) -> int:
     from hetsim.fanout import check_address, fan_out
     from hetsim.sweep import SweepBase, check_axes, grid, parse_axes, run_point
     axes = parse_axes(args.vary)
+    size = math.prod(len(a.values) for a in axes)
+    if size > args.max_points:
+        raise HetsimError(f"--vary: {' x '.join(str(len(a.values)) for a in axes)} = {size:,} points, more than "
+                          f"--max-points {args.max_points:,}; narrow the axes or raise --max-points")
     if args.scheduler is not None:
         check_address(args.scheduler)
     prob, delay = parse_straggler(args.straggler)
@@ -92,10 +102,11 @@ def write_csv(rows: list[dict], path: Path) -> Path:
 
 def format_rows(rows: list[dict], names: list[str]) -> str:
     """A short table: the axis values, samples/s and the error of each point."""
-    width = [max(len(n), 8) for n in names]
+    cell = lambda v: str(v) if isinstance(v, int) else f"{v:.10g}"    # distinct values stay distinct
+    width = [max(len(n), 8, *(len(cell(r[n])) for r in rows)) for n in names]
     lines = ["  ".join(f"{n:>{w}}" for n, w in zip(names, width)) + f"  {'samples/s':>11}"]
     for r in rows:
-        cells = "  ".join(f"{r[n]:>{w}g}" for n, w in zip(names, width))
+        cells = "  ".join(f"{cell(r[n]):>{w}}" for n, w in zip(names, width))
         result = f"{r['samples_per_s']:>11.2f}" if not r["error"] else f"  error: {r['error']}"
         lines.append(cells + "  " + result)
     return "\n".join(lines)
