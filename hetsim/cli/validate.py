@@ -29,7 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--waves", type=whole(1), default=WAVES,
                    help=f"waves per VW, simulated and executed (default {WAVES})")
     p.add_argument("--warmup-waves", type=whole(0), default=None,
-                   help=f"waves left out of the window (default {WARMUP_WAVES}, at most 2/5 of --waves: a fresh "
+                   help=f"waves left out of the window (default {WARMUP_WAVES}, capped at 2/5 of --waves: a fresh "
                         "rank spends its first waves faulting in memory its later waves reuse, which the profile "
                         "does not time)")
     p.add_argument("--slowdown", action="append", default=[], metavar="GPU=FACTOR",
