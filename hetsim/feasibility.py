@@ -77,6 +77,8 @@ def plan_memory(plan: Plan, cluster: Cluster, profile: ModelProfile, waves: int 
     can take several waves to fill), so that whether a plan fits is the plan's, not a run's length.
     `waves` is kept for callers; it no longer changes the answer."""
     memory = _plan_memory(plan, cluster, profile, _MEMORY_WAVES[0])
+    if not schedule_kind(plan.schedule).needs_costs:
+        return memory                      # a fixed order holds its most within its first wave
     for longer in _MEMORY_WAVES[1:]:
         more = _plan_memory(plan, cluster, profile, longer)
         if all(more[g].total_bytes <= memory[g].total_bytes for g in more):
