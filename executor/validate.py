@@ -257,14 +257,14 @@ def validate_plan(plan: Plan, *, model: str | None = None, model_kwargs: dict | 
     return prediction, measurement
 
 
-def fits_host(plan: Plan, cluster: Cluster, profile: ModelProfile, waves: int, memories: int | None) -> None:
+def fits_host(plan: Plan, cluster: Cluster, profile: ModelProfile, memories: int | None) -> None:
     """Before the run, the plan's predicted memory on this host: each rank within its device's
     (hetsim.feasibility.check_plan, naming the stage), and, where ranks share a memory, each memory's
     ranks within it together: `memories` of them, rank i (host/gpu<i>) on memory i mod `memories`
     (`shared_memories`); None where each rank has its own. What the check cannot see (parameter-server
     and scheduler processes, CUDA ranks' host memory) may still run short."""
     from hetsim.feasibility import check_plan
-    memory = check_plan(plan, cluster, profile, waves)
+    memory = check_plan(plan, cluster, profile)
     if not memories:
         return
     device_type = cluster.gpus[0].type
@@ -309,7 +309,7 @@ def _checked_onto_host(plan: Plan, model: str | None, model_kwargs: dict | None,
         raise HetsimError(f"--slowdown {unknown[0]}: the plan has no GPU of that name; it uses {', '.join(names)}")
     model = model or plan.model
     with _in_plan_names(names):
-        _fits_before_measuring(plan, model, model_kwargs or {}, device, waves)
+        _fits_before_measuring(plan, model, model_kwargs or {}, device)
     return plan, model, {names.get(g, g): f for g, f in (slowdown or {}).items()}, names
 
 
@@ -324,7 +324,7 @@ def _in_plan_names(names: dict[str, str]):
         raise PlanError(re.sub(r"(?<![\w/])host/gpu\d+\b", lambda m: ours.get(m[0], m[0]), str(exc))) from None
 
 
-def _fits_before_measuring(plan: Plan, model: str, model_kwargs: dict, device: str, waves: int) -> None:
+def _fits_before_measuring(plan: Plan, model: str, model_kwargs: dict, device: str) -> None:
     """fits_host from the model's counted bytes alone, before any profile or probe (which a model too
     big for the host could exhaust too). Times, which only shape a hetpipe order, are nominal: each
     layer's FLOPs at the device type's peak."""
@@ -335,7 +335,7 @@ def _fits_before_measuring(plan: Plan, model: str, model_kwargs: dict, device: s
     profile = replace(counted, layers=tuple(replace(l, fwd_s={key: l.flops_fwd / rate}, bwd_s={key: 2 * l.flops_fwd / rate})
                                             for l in counted.layers))
     ranks = len(dict.fromkeys(plan.gpus))
-    fits_host(plan, host_cluster(ranks, None, 1e9, 0.0, device_type=device_type), profile, waves,
+    fits_host(plan, host_cluster(ranks, None, 1e9, 0.0, device_type=device_type), profile,
               shared_memories(device, ranks, gpu_count()))
 
 

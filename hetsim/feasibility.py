@@ -14,7 +14,7 @@ from hetsim.topology import Topology
 __all__ = ["check_plan", "check_structure", "plan_memory", "vw_schedule"]
 
 
-def check_plan(plan: Plan, cluster: Cluster, profile: ModelProfile, waves: int = 4) -> dict[str, StageMemory]:
+def check_plan(plan: Plan, cluster: Cluster, profile: ModelProfile) -> dict[str, StageMemory]:
     """Raise PlanError naming the first broken rule; return each GPU's memory use if all hold.
 
     `profile` must already be at the plan's minibatch size (see ModelProfile.scaled_to_batch).
@@ -27,7 +27,7 @@ def check_plan(plan: Plan, cluster: Cluster, profile: ModelProfile, waves: int =
                 raise PlanError(f"plan: virtual_workers[{v}].stages[{s}]: {stage.tp} tensor-parallel GPUs cannot "
                                 f"split {profile.model}'s attention heads; a degree must divide "
                                 f"{profile.tp_divisor} (the profile's tp_divisor)")
-    memory = plan_memory(plan, cluster, profile, waves)
+    memory = plan_memory(plan, cluster, profile)
     for vw in plan.virtual_workers:
         for s, stage in enumerate(vw.stages):
             for member in stage.members:
@@ -71,11 +71,10 @@ def vw_schedule(plan: Plan, vw: VirtualWorker, cluster: Cluster, profile: ModelP
 _MEMORY_WAVES = (4, 8, 16, 32, 64)    # schedule lengths tried for the steady state
 
 
-def plan_memory(plan: Plan, cluster: Cluster, profile: ModelProfile, waves: int = 4) -> dict[str, StageMemory]:
+def plan_memory(plan: Plan, cluster: Cluster, profile: ModelProfile) -> dict[str, StageMemory]:
     """Peak memory of every GPU in the plan, from the in-flight counts its schedule reaches in steady
     state: a schedule of 4 waves, lengthened while a longer one holds more (a schedule shaped by costs
-    can take several waves to fill), so that whether a plan fits is the plan's, not a run's length.
-    `waves` is kept for callers; it no longer changes the answer."""
+    can take several waves to fill), so that whether a plan fits is the plan's, not a run's length."""
     memory = _plan_memory(plan, cluster, profile, _MEMORY_WAVES[0])
     if not schedule_kind(plan.schedule).needs_costs:
         return memory                      # a fixed order holds its most within its first wave

@@ -379,17 +379,17 @@ def test_a_plan_whose_ranks_exceed_the_memory_they_share_is_refused_before_the_r
         peak_fp32_flops=5e10, peak_fp16_flops=5e10))
     profile = replace(profile, layers=tuple(replace(l, fwd_s={**l.fwd_s, "cuda": 1e-3}, bwd_s={**l.bwd_s, "cuda": 2e-3})
                                             for l in profile.layers))
-    fits_host(plan, small(sum(need)), profile, 4, memories=1)               # exactly enough
+    fits_host(plan, small(sum(need)), profile, memories=1)               # exactly enough
     with pytest.raises(PlanError, match=r"^plan: 3 ranks share this host's memory \(cpu slot, .* GiB\) and need "
                                         r".* together \(the fullest, host/gpu0: weights .*lower Nm or the minibatch$"):
-        fits_host(plan, small(sum(need) - 1), profile, 4, memories=1)
+        fits_host(plan, small(sum(need) - 1), profile, memories=1)
     # Two memories, ranks round-robin: host/gpu0 and host/gpu2 on one, host/gpu1 on the other.
-    fits_host(plan, small(need[0] + need[2], "cuda"), profile, 4, memories=2)
+    fits_host(plan, small(need[0] + need[2], "cuda"), profile, memories=2)
     with pytest.raises(PlanError, match=r"^plan: 2 ranks share GPU 0 \(cuda slot, .*\(the fullest, host/gpu0: "):
-        fits_host(plan, small(need[0] + need[2] - 1, "cuda"), profile, 4, memories=2)
-    fits_host(plan, small(max(need)), profile, 4, memories=None)            # a device each: each fits
+        fits_host(plan, small(need[0] + need[2] - 1, "cuda"), profile, memories=2)
+    fits_host(plan, small(max(need)), profile, memories=None)            # a device each: each fits
     with pytest.raises(PlanError, match=r"^plan: stage 0 of vw0 on host/gpu0 .* needs"):
-        fits_host(plan, small(max(need) - 1), profile, 4, memories=None)
+        fits_host(plan, small(max(need) - 1), profile, memories=None)
 
 
 @pytest.mark.parametrize("device,ranks,gpus,want", [("cpu", 4, 0, 1), ("cuda:1", 3, 4, 1), ("cuda", 3, 2, 2),
