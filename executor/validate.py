@@ -627,7 +627,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"warning: {warning}")
     if args.out:
         from hetsim.convergence import attach_time_to_accuracy
-        attach_time_to_accuracy(prediction)      # as `hetsim simulate` (inputs/command.txt) attaches it
+        # as `hetsim simulate` (inputs/command.txt) attaches it
+        attach_time_to_accuracy(prediction, param_bytes=inputs["profile"].param_bytes)
         prediction.write(os.path.join(args.out, "prediction"))
         measurement.write(os.path.join(args.out, "measurement"))
         again = write_inputs(inputs, os.path.join(args.out, "inputs"))

@@ -38,7 +38,7 @@ from hetsim.errors import HetsimError, SpecError
 from hetsim.plan import ASYNC_SCHEDULES
 
 __all__ = ["TargetFit", "ConvergenceModel", "Dynamics", "TimeToTarget", "Observation", "load_convergence",
-           "dynamics_of", "vw_busy", "samples_to_target", "time_to_target", "crossing", "fit_target",
+           "dynamics_of", "vw_busy", "samples_to_target", "time_to_target", "time_at", "crossing", "fit_target",
            "rank_by_time", "format_time_to_accuracy", "attach_time_to_accuracy", "rank_plans"]
 
 _FILE = "convergence.yaml"
@@ -72,6 +72,9 @@ class ConvergenceModel:
     targets: tuple[TargetFit, ...]
     trained_with: dict[str, Any] = field(default_factory=dict)   # model arguments, optimiser, data
     source: str = ""
+    # The fitted model's parameter bytes (modelzoo's count): a profile of the same name but another
+    # size (another width or depth) is another model, which the constants do not describe.
+    param_bytes: int | None = None
 
     def at(self, target: float | None) -> TargetFit:
         target = self.default_target if target is None else target
@@ -125,7 +128,7 @@ def load_convergence(model: str, task: str = "teacher", path: str | Path | None 
 
 def _entry(f) -> ConvergenceModel:
     f.reject_unknown({"model", "task", "minibatch_size", "smoothing", "default_target", "targets",
-                      "trained_with", "source"})
+                      "trained_with", "source", "param_bytes"})
     targets = []
     for t in f.records("targets"):
         t.reject_unknown({"loss", "samples_min", "noise_batch", "staleness_cost", "async_cost"})
@@ -138,7 +141,8 @@ def _entry(f) -> ConvergenceModel:
                              minibatch_size=f.number("minibatch_size", positive=True, integer=True),
                              smoothing=f.number("smoothing", positive=True, integer=True),
                              default_target=f.number("default_target", positive=True), targets=tuple(targets),
-                             trained_with=dict(f.raw("trained_with", {})), source=f.text("source", ""))
+                             trained_with=dict(f.raw("trained_with", {})), source=f.text("source", ""),
+                             param_bytes=f.number("param_bytes", None, positive=True, integer=True))
     if not any(math.isclose(t.loss, model.default_target) for t in targets):
         raise f.error("default_target", f"{model.default_target:g} is not among the targets' losses")
     return model
@@ -186,14 +190,18 @@ def time_to_target(model: ConvergenceModel, report, target: float | None = None,
                    samples_per_s: float | None = None) -> TimeToTarget:
     """Predicted time to `target` (default: the entry's) of a report: samples from the model at the
     report's update batch and staleness, over its samples per second (or `samples_per_s`)."""
-    fit = model.at(target)
-    dyn = dynamics_of(report.plan, report.staleness, vw_busy(report.gpus))
     rate = report.throughput["samples_per_s"] if samples_per_s is None else samples_per_s
     if not rate > 0:
         raise HetsimError(f"time to accuracy: plan {report.plan['name']} has no throughput ({rate} samples/s)")
+    dyn = dynamics_of(report.plan, report.staleness, vw_busy(report.gpus))
+    return time_at(model.at(target), dyn, rate, report.plan["minibatch_size"])
+
+
+def time_at(fit: TargetFit, dyn: Dynamics, samples_per_s: float, minibatch: int) -> TimeToTarget:
+    """Time to `fit`'s loss of a run with dynamics `dyn` at `samples_per_s`."""
     samples = samples_to_target(fit, dyn.update_batch, dyn.staleness, dyn.async_vws)
-    return TimeToTarget(target_loss=fit.loss, samples=samples, minibatches=samples / report.plan["minibatch_size"],
-                        samples_per_s=rate, seconds=samples / rate, dynamics=dyn)
+    return TimeToTarget(target_loss=fit.loss, samples=samples, minibatches=samples / minibatch,
+                        samples_per_s=samples_per_s, seconds=samples / samples_per_s, dynamics=dyn)
 
 
 def rank_by_time(items: Sequence[tuple[Any, TimeToTarget]]) -> list[tuple[Any, TimeToTarget]]:
@@ -306,10 +314,25 @@ def batch_note(model: ConvergenceModel, minibatch: int) -> str:
             f"{model.minibatch_size}, the plan trains at {minibatch}; its constants are not known to hold there")
 
 
+def size_note(model: ConvergenceModel, param_bytes: int | None) -> str:
+    """A caution where the profile's model is not the size the entry was fitted on, or ""."""
+    if model.param_bytes is None or param_bytes is None or param_bytes == model.param_bytes:
+        return ""
+    return (f"time to accuracy: the {model.model}/{model.task} entry was fitted on a {model.model} of "
+            f"{model.param_bytes / 1e6:.3g} MB of parameters, the profile's has {param_bytes / 1e6:.3g} MB "
+            f"(another width or depth); its constants are not known to hold there")
+
+
+def _notes(model: ConvergenceModel, minibatch: int, param_bytes: int | None) -> list[str]:
+    return [n for n in (size_note(model, param_bytes), batch_note(model, minibatch)) if n]
+
+
 # what the CLI calls ------------------------------------------------------------------------------
-def attach_time_to_accuracy(report, target: float | None = None, path: str | Path | None = None) -> None:
+def attach_time_to_accuracy(report, target: float | None = None, path: str | Path | None = None,
+                            param_bytes: int | None = None) -> None:
     """Give `report` its time_to_accuracy section when its model has a convergence entry fitted with
-    the plan's optimizer (`hetsim simulate`); asking for a target without one is an error."""
+    the plan's optimizer (`hetsim simulate`); asking for a target without one is an error.
+    `param_bytes`: the profile's, checked against the entry's model size (a note where they differ)."""
     model = load_convergence(report.model, path=path)
     if model is None:
         if target is not None:
@@ -323,18 +346,15 @@ def attach_time_to_accuracy(report, target: float | None = None, path: str | Pat
         return
     ttt = time_to_target(model, report, target)
     report.time_to_accuracy = {**ttt.to_dict(), "entry": f"{model.model}/{model.task}"}
-    note = batch_note(model, report.plan["minibatch_size"])
-    if note:
-        report.notes.append(note)
+    report.notes.extend(_notes(model, report.plan["minibatch_size"], param_bytes))
 
 
 def rank_plans(result, cluster, profile, space, target: float | None = None, path: str | Path | None = None):
     """`hetsim plan --objective time-to-accuracy`: the search's simulated candidates reordered by
-    predicted time to `target`, each at its ranked throughput (n x slowest VW) with the staleness of
-    a simulation of it (the search keeps only rates); returns (result, table text)."""
+    predicted time to `target`, each at its ranked throughput (n x slowest VW) with the update batch
+    and staleness its simulation in the search measured; returns (result, table text)."""
     from dataclasses import replace
 
-    import hetsim
     model = load_convergence(profile.model, path=path)
     if model is None:
         raise HetsimError(f"--objective time-to-accuracy: no convergence entry for model {profile.model!r} in "
@@ -347,16 +367,13 @@ def rank_plans(result, cluster, profile, space, target: float | None = None, pat
         raise HetsimError("--objective time-to-accuracy: no candidate was simulated (the closed form alone "
                           "ranked them: --cost-model pipedream, or a cluster past the search's simulation "
                           "limit), and time to accuracy needs each plan's simulated staleness")
-    timed = []
-    for c in simulated:
-        report = hetsim.simulate(cluster, profile, c.plan, waves=space.waves, warmup_waves=space.warmup_waves,
-                                 seed=space.seed, jitter_cv=space.jitter_cv)
-        timed.append((c, time_to_target(model, report, target, c.simulated_mb_s * profile.batch_size)))
+    fit = model.at(target)
+    timed = [(c, time_at(fit, c.dynamics, c.simulated_mb_s * profile.batch_size, profile.batch_size))
+             for c in simulated]
     ranked = rank_by_time(timed)
     rest = [c for c in result.candidates if c.simulated_mb_s is None]
-    note = batch_note(model, profile.batch_size)
-    table = ([f"note: {note}"] if note else []) + [
-             f"time to loss {model.at(target).loss:g} ({model.model}/{model.task}, hetsim.convergence): "
+    table = [f"note: {note}" for note in _notes(model, profile.batch_size, profile.param_bytes)] + [
+             f"time to loss {fit.loss:g} ({model.model}/{model.task}, hetsim.convergence): "
              "simulated plans, fastest first",
              f"{'#':>3} {'policy':<18}{'Nm':>3}{'D':>3}{'samples/s':>11}{'staleness':>10}{'minibatches':>12}"
              f"{'seconds':>10}"]

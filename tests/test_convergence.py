@@ -248,3 +248,45 @@ def test_time_to_accuracy_ranking_says_what_it_cannot_do(tmp_path, capsys):
     assert main(args + ["--target-loss", "1.2", "--out", str(tmp_path / "b.json")]) == 0
     out = capsys.readouterr().out
     assert "fitted on runs at minibatch" not in out and out.rstrip().endswith("--target-loss 1.2`")
+
+
+def test_time_to_accuracy_ranking_uses_the_searchs_own_simulation_of_each_plan(tmp_path):
+    """The search keeps each simulated plan's update batch and staleness: they are what a simulation
+    of that plan at the search's settings gives, so ranking by time needs no second run."""
+    from hetsim.cluster import load_cluster
+    from hetsim.convergence import rank_plans
+    from hetsim.planner.search import SearchSpace, search_plans
+    (tmp_path / "c.yaml").write_text(TINY_CLUSTER_YAML)
+    (tmp_path / "p.yaml").write_text(_mlp_profile_yaml())
+    cluster, profile = load_cluster(tmp_path / "c.yaml"), hetsim.load_profile(tmp_path / "p.yaml")
+    space = SearchSpace(nm_values=(1, 2), staleness_values=(0, 2), waves=6, workers=1)
+    result, _ = rank_plans(search_plans(cluster, profile, space), cluster, profile, space)
+    simulated = [c for c in result.candidates if c.simulated_mb_s is not None]
+    assert len(simulated) >= 2
+    for c in simulated:
+        again = hetsim.simulate(cluster, profile, c.plan, waves=space.waves, warmup_waves=space.warmup_waves,
+                                seed=space.seed, jitter_cv=space.jitter_cv, trace=False)
+        assert c.dynamics == dynamics_of(again.plan, again.staleness, vw_busy(again.gpus))
+
+
+def test_a_profile_of_another_size_than_the_entrys_model_gets_a_note(tmp_path, capsys):
+    """A profile named mlp that is not the fitted mlp (another width or depth) is another model: the
+    prediction says so; the fitted size itself does not."""
+    from hetsim.cli import main
+    entry = load_convergence("mlp")
+    assert entry.param_bytes
+    (tmp_path / "c.yaml").write_text(TINY_CLUSTER_YAML)
+    plan = {"name": "p", "model": "mlp", "minibatch_size": 128, "nm": 1, "schedule": "1f1b", "sync": {"mode": "none"},
+            "virtual_workers": [{"name": "vw0", "stages": [{"gpu": "node0/gpu0", "layers": [0, 4]}]}]}
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    args = ["simulate", "--cluster", str(tmp_path / "c.yaml"), "--profile", str(tmp_path / "p.yaml"),
+            "--plan", str(tmp_path / "plan.json"), "--waves", "6", "--json"]
+    notes = {}
+    for size in (entry.param_bytes, 4 * 4_000_000):
+        (tmp_path / "p.yaml").write_text(_mlp_profile_yaml().replace("param_bytes: 4000000", "param_bytes: 0", 3)
+                                         .replace("param_bytes: 4000000", f"param_bytes: {size}"))
+        assert main(args) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["time_to_accuracy"]
+        notes[size] = [n for n in doc["notes"] if "entry was fitted on a mlp of" in n]
+    assert notes[entry.param_bytes] == [] and len(notes[4 * 4_000_000]) == 1

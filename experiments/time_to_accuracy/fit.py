@@ -24,6 +24,7 @@ import yaml
 from hetsim.convergence import (ConvergenceModel, Observation, crossing, dynamics_of, fit_target,
                                 samples_to_target)
 from hetsim.data import data_root
+from modelzoo.counting import counted_profile
 
 HERE = Path(__file__).resolve().parent
 RUNS = HERE / "results" / "runs.json"
@@ -61,7 +62,8 @@ def fit_entry(runs: list[dict], staleness: str = "predicted") -> ConvergenceMode
         trained_with={"model_kwargs": MODEL_KWARGS, "lr": LR, "momentum": MOMENTUM, "optimizer": "momentum",
                       "data": f"teacher (executor.data), seeds {sorted({r.get('seed', 0) for r in fitted})}"},
         source=(f"experiments/time_to_accuracy/fit.py from executor runs of {', '.join(r['name'] for r in fitted)} "
-                f"(minibatches measured, staleness {staleness})"))
+                f"(minibatches measured, staleness {staleness})"),
+        param_bytes=counted_profile(MODEL, batch, **MODEL_KWARGS)[0].param_bytes)
 
 
 def write_entry(model: ConvergenceModel, path: Path | None = None) -> Path:
@@ -72,7 +74,7 @@ def write_entry(model: ConvergenceModel, path: Path | None = None) -> Path:
     entries.append({
         "model": model.model, "task": model.task, "minibatch_size": model.minibatch_size,
         "smoothing": model.smoothing, "default_target": model.default_target, "trained_with": model.trained_with,
-        "source": model.source,
+        "param_bytes": model.param_bytes, "source": model.source,
         "targets": [{"loss": t.loss, "samples_min": round(t.samples_min, 1),
                      "noise_batch": None if t.noise_batch is None else round(t.noise_batch, 1),
                      "staleness_cost": round(t.staleness_cost, 4), "async_cost": round(t.async_cost, 4)}

@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     except PlanError as exc:
         raise in_plan_file(exc, args.plan) from None
     from hetsim.convergence import attach_time_to_accuracy
-    attach_time_to_accuracy(report, args.target_loss)
+    attach_time_to_accuracy(report, args.target_loss, param_bytes=profile.param_bytes)
     wall = time.perf_counter() - started
     if args.json:
         print(report.to_json(), end="")

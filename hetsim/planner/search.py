@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from hetsim.cluster import Cluster
+from hetsim.convergence import Dynamics, dynamics_of, vw_busy
 from hetsim.errors import HetsimError, PlanError
 from hetsim.feasibility import check_plan
 from hetsim.memory import MemorySettings
@@ -134,6 +135,8 @@ class Candidate:
     estimate: Estimate | None = None
     reason: str = ""                       # why it cannot run, when plan is None
     simulated_mb_s: float | None = None
+    # What its simulation did to the optimisation (staleness, update batch), for time to accuracy.
+    dynamics: Dynamics | None = field(default=None, compare=False)
     memory_bytes: dict[str, int] = field(default_factory=dict, compare=False)
     in_flight: int = 0                     # most minibatches in flight on one stage of its schedule
     sync: SyncSpec | None = None           # what the plan will use, once built
@@ -400,12 +403,18 @@ def _simulate_all(cluster, profile, chosen, space, progress) -> list[Candidate]:
     from hetsim.fanout import fan_out
     jobs = [(cluster, profile, c.plan, space) for c in chosen]
     with _bar(progress, "simulate", len(jobs)) as bar:
-        rates = fan_out(_simulate, jobs, workers=space.workers or None, scheduler=space.scheduler, bar=bar)
-    return [replace(c, simulated_mb_s=rate) for c, rate in zip(chosen, rates)]
+        runs = fan_out(_simulate, jobs, workers=space.workers or None, scheduler=space.scheduler, bar=bar)
+    return [replace(c, simulated_mb_s=run.mb_s, dynamics=run.dynamics) for c, run in zip(chosen, runs)]
 
 
-def _simulate(job) -> float:
-    """Steady-state minibatches per second of one plan (in a worker process).
+@dataclass(frozen=True)
+class SimulatedRun:
+    mb_s: float              # steady-state minibatches per second, n_VW x the slowest VW's
+    dynamics: Dynamics       # its update batch and staleness, so time to accuracy needs no second run
+
+
+def _simulate(job) -> SimulatedRun:
+    """Steady-state rate of one plan (in a worker process), with what the run did to the optimisation.
 
     n_VW times the slowest VW's simulated rate: WSP holds every VW to the slowest one's pace in the
     long run, while a finite simulation lets faster VWs run up to D waves ahead and finish early,
@@ -416,7 +425,8 @@ def _simulate(job) -> float:
     options = SimOptions(waves=space.waves, warmup_waves=space.warmup_waves, seed=space.seed,
                          jitter_cv=space.jitter_cv, trace=False)
     report = run_simulation(cluster, profile, plan, options)
-    return len(report.virtual_workers) * min(v.minibatches_per_s for v in report.virtual_workers)
+    return SimulatedRun(mb_s=len(report.virtual_workers) * min(v.minibatches_per_s for v in report.virtual_workers),
+                        dynamics=dynamics_of(report.plan, report.staleness, vw_busy(report.gpus)))
 
 
 def _nothing_fits(profile: ModelProfile, candidates: list[Candidate], skipped: tuple[str, ...] = ()) -> str:

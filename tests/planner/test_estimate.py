@@ -43,7 +43,7 @@ def test_spread_pulls_track_the_simulator_better_than_pulls_all_at_once():
     at_once = len(parts) * min(4 / max(p.roundtrip_s, max(4 * t + q for t, q in zip(p.stage_s, shared[i])))
                                for i, p in enumerate(parts))
     estimate = wsp_estimate(parts, 4, topology).minibatches_per_s
-    simulated = _simulate((ALIKE, toy_model(), ed.plan, space))
+    simulated = _simulate((ALIKE, toy_model(), ed.plan, space)).mb_s
     assert abs(estimate - simulated) <= 0.02 * simulated
     assert abs(estimate - simulated) < abs(at_once - simulated)
     assert estimate <= len(parts) * min(4 / p.roundtrip_s for p in parts)      # never above the bound
@@ -73,7 +73,7 @@ def test_bsp_pipelines_cost_a_flush_wave_plus_the_all_reduce_left_after_the_back
         estimate = bsp_pipeline_estimate(parts, c.nm, topology).minibatches_per_s
         wave = max(p.roundtrip_s + (c.nm - 1) * p.bottleneck_s for p in parts)
         assert estimate < len(parts) * c.nm / wave                      # the all-reduce costs something
-        simulated = _simulate((ALIKE, toy_model(), c.plan, space))
+        simulated = _simulate((ALIKE, toy_model(), c.plan, space)).mb_s
         # Within 8 % (a 1F1B flush can be shorter than roundtrip + (Nm - 1) x the slowest stage), and
         # much nearer than the WSP estimate the search ranked BSP candidates by before.
         assert abs(estimate - simulated) <= 0.08 * simulated, c.policy

@@ -131,4 +131,4 @@ def test_default_search_is_deterministic_and_simulates_the_rows_it_marks():
     simulated = [x for x in runs[0].candidates if x.simulated_mb_s is not None]
     assert len(simulated) == runs[0].simulated
     assert simulated[0].simulated_mb_s == pytest.approx(_simulate((c, toy_model(), simulated[0].plan,
-                                                                    SearchSpace(waves=10, workers=1))))
+                                                                    SearchSpace(waves=10, workers=1))).mb_s)

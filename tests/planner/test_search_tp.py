@@ -40,7 +40,7 @@ def test_a_model_too_big_for_one_gpu_is_planned_on_a_tp_pair_that_checks_and_sim
     assert stage.tp == 2 and stage.members == ("node0/gpu0", "node0/gpu1")
     memory = check_plan(best.plan, c, model)
     assert max(m.total_bytes for m in memory.values()) <= SMALL.memory_bytes
-    assert best.simulated_mb_s == _simulate((c, model, best.plan, space)) > 0
+    assert best.simulated_mb_s == _simulate((c, model, best.plan, space)).mb_s > 0
 
 
 def test_tp_stages_in_a_pipeline_of_two_nodes_run_under_bsp():
