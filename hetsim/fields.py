@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -38,11 +39,17 @@ def read_document(path: str | Path) -> Any:
 
 
 def parse_document(text: str, path: str | Path) -> Any:
-    """Parse YAML, or JSON when `path` ends in .json; any failure is a one-line SpecError."""
+    """Parse JSON when `path` ends in .json or the text is a JSON document (a plan saved under
+    another name), YAML otherwise; any failure is a one-line SpecError."""
     path = Path(path)
     try:
-        if path.suffix == ".json":
+        if path.suffix.lower() == ".json":
             return json.loads(text, object_pairs_hook=_unique_json_keys)
+        if text.lstrip(" \t\r\n\ufeff").startswith(("{", "[")):
+            try:
+                return json.loads(text.lstrip("\ufeff"), object_pairs_hook=_unique_json_keys)
+            except json.JSONDecodeError:
+                pass                     # YAML's flow style starts so too: {a: 1}
         return yaml.load(text, Loader=_UniqueKeyLoader)
     except _DuplicateKey as exc:
         raise SpecError(f"{path}: {exc.where}key {exc.key!r} is given twice (which one did you mean?)") from None
@@ -88,6 +95,11 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                 raise _DuplicateKey(key, f"line {key_node.start_mark.line + 1}: ")
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
+
+
+# YAML 1.2's floats: PyYAML (YAML 1.1) reads 1e-3 and 1e5, which have no dot, as text.
+_UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(
+    r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"), list("-+0123456789"))
 
 
 class Fields:
