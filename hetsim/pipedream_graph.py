@@ -29,9 +29,11 @@ def read_graph(path: str | Path, *, gpu_type: str = "reference", batch_size: int
                model: str | None = None) -> ModelProfile:
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise SpecError(f"{path}: cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise SpecError(f"{path}: not a text file (expected a PipeDream graph.txt)") from None
     return parse_graph(text, source_name=path.name, gpu_type=gpu_type,
                        batch_size=batch_size, model=model or path.stem)
 

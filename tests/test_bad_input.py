@@ -465,7 +465,7 @@ NASTY_TEXT = ["[" * 5000, "{a: " * 3000, "1" * 5000, "--- !!python/object:os.sys
 
 
 @settings(max_examples=200, deadline=None)
-@given(text=st.text(max_size=60) | st.sampled_from(NASTY_TEXT), suffix=st.sampled_from([".yaml", ".json"]))
+@given(text=st.text(max_size=60) | st.sampled_from(NASTY_TEXT), suffix=st.sampled_from([".yaml", ".json", ""]))
 def test_parsing_any_text_gives_a_document_or_a_spec_error(text, suffix):
     try:
         parse_document(text, f"x{suffix}")
@@ -529,3 +529,42 @@ def test_a_key_given_twice_is_refused_not_silently_the_last(tmp_path, name, text
 def test_yaml_merge_keys_may_still_be_overridden(tmp_path):
     (tmp_path / "c.yaml").write_text("base: &b {bandwidth_GBps: 10, kind: pcie}\nlink:\n  <<: *b\n  bandwidth_GBps: 20\n")
     assert read_document(tmp_path / "c.yaml")["link"] == {"bandwidth_GBps": 20, "kind": "pcie"}
+
+
+@pytest.mark.parametrize("text, suffix", [("a: 1e-3\nb: -2E+5\nc: 1.5e3\nd: 7\ne: '1e3'\n", ".yaml"),
+                                          ('{"a": 1e-3, "b": -2E+5, "c": 1.5e3, "d": 7, "e": "1e3"}', ""),
+                                          ('{"a": 1e-3, "b": -2E+5, "c": 1.5e3, "d": 7, "e": "1e3"}', ".yml"),
+                                          ('{"a": 1e-3, "b": -2E+5, "c": 1.5e3, "d": 7, "e": "1e3"}', ".JSON")])
+def test_numbers_in_exponent_notation_are_numbers_in_any_file(text, suffix):
+    """YAML 1.2 and JSON read 1e-3 as a number (PyYAML's YAML 1.1 wants a dot); a JSON document is
+    read as JSON whatever its file is called (a plan saved as `best`)."""
+    assert parse_document(text, f"x{suffix}") == {"a": 1e-3, "b": -2e5, "c": 1500.0, "d": 7, "e": "1e3"}
+
+
+def test_a_plan_saved_under_any_name_loads_back(tmp_path, capsys):
+    """hetsim plan --out NAME writes JSON (with numbers like 1e-05); simulate reads it back as written."""
+    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump(ONE_GPU))
+    (tmp_path / "profile.json").write_text(json.dumps(CPU_PROFILE))
+    plan = ["plan", "--cluster", str(tmp_path / "cluster.yaml"), "--model", str(tmp_path / "profile.json"),
+            "--jobs", "1", "--waves", "4", "--nm", "1", "--policies", "NP"]
+    for name in ("best", "best.yaml", "best.JSON"):
+        assert main([*plan, "--out", str(tmp_path / name)]) == 0
+        capsys.readouterr()
+        assert "1e-05" in (tmp_path / name).read_text()
+        assert main(["simulate", "--cluster", str(tmp_path / "cluster.yaml"), "--profile", str(tmp_path / "profile.json"),
+                     "--plan", str(tmp_path / name), "--waves", "4", "--no-plots"]) == 0, capsys.readouterr().err
+
+
+def test_a_graph_txt_that_is_not_text_is_refused_in_one_line(tmp_path, capsys):
+    (tmp_path / "graph.txt").write_bytes(b"\x00\xff\xfe")
+    assert main(["plan", "--cluster", "cpu_host", "--model", str(tmp_path / "graph.txt"), "--jobs", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "graph.txt: not a text file" in err
+
+
+def test_planning_a_profile_whose_layers_take_no_time_is_refused_naming_the_type(tmp_path, capsys):
+    zero = CPU_PROFILE | {"layers": [layer | {"fwd_s": {"cpu": 0}, "bwd_s": {"cpu": 0.0}} for layer in CPU_PROFILE["layers"]]}
+    (tmp_path / "profile.json").write_text(json.dumps(zero))
+    assert main(["plan", "--cluster", "cpu_host", "--model", str(tmp_path / "profile.json"), "--jobs", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "every layer takes 0 s on cpu" in err

@@ -282,7 +282,8 @@ def test_the_command_plan_prints_reproduces_its_rank_1_with_the_searchs_settings
     """The printed simulate command carries --waves, --jitter and --seed (simulate's defaults differ)."""
     import re
     import shlex
-    out = tmp_path / "p.json"
+    out = tmp_path / "my plans" / "p 1.json"         # printed quoted, so that it pastes
+    out.parent.mkdir()
     assert main(["plan", "--cluster", "hetpipe_4node", "--model", "vgg19_b32_analytic", "--show", "1",
                  "--waves", "6", "--jitter", "0.05", "--seed", "3", "--policies", "ED", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
@@ -292,3 +293,23 @@ def test_the_command_plan_prints_reproduces_its_rank_1_with_the_searchs_settings
     assert main(shlex.split(command) + ["--json"]) == 0
     again = json.loads(capsys.readouterr().out)["throughput"]["samples_per_s"]
     assert round(again, 1) == ranked
+
+
+def test_the_command_plan_prints_for_a_graph_txt_names_its_gpu_type_and_batch(tmp_path, capsys):
+    import re
+    import shlex
+    from hetsim.pipedream_graph import write_graph
+    from conftest import profile
+    write_graph(profile(12, 0.002, 0.004, types=("cpu",)), tmp_path / "graph.txt", gpu_type="cpu")
+    assert main(["plan", "--cluster", "cpu_host", "--model", str(tmp_path / "graph.txt"), "--graph-gpu", "cpu",
+                 "--graph-batch", "8", "--jobs", "1", "--waves", "4", "--nm", "1", "--policies", "NP",
+                 "--out", str(tmp_path / "p.json")]) == 0
+    command = re.search(r"run it with `hetsim (simulate [^`]+)`", capsys.readouterr().out).group(1)
+    assert "--graph-gpu cpu --graph-batch 8" in command
+    assert main(shlex.split(command) + ["--json"]) == 0
+
+
+def test_the_window_is_printed_in_hundredths_or_in_e_notation_when_extreme():
+    from hetsim.cli.simulate import _window_s
+    assert (_window_s(16.876), _window_s(0.09), _window_s(7e296), _window_s(1.234e-4)) == ("16.88", "0.09", "7e+296",
+                                                                                            "0.000123")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -81,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
         note = bf16_note(list(load_cluster(paths["cluster"]).gpu_types.values()), args.precision)
         if note:
             print(f"hetsim import sailor: warning: {note}", file=sys.stderr)
-    print(f"predict it: hetsim simulate --cluster {paths['cluster']} --profile {paths['profile']} "
-          f"--plan {paths['plan']} --waves 3 --warmup-waves 1 --jitter 0")
+    print("predict it: " + shlex.join(["hetsim", "simulate", "--cluster", str(paths["cluster"]), "--profile",
+                                       str(paths["profile"]), "--plan", str(paths["plan"]), "--waves", "3",
+                                       "--warmup-waves", "1", "--jitter", "0"]))
     return 0

@@ -93,6 +93,11 @@ def _notes(result, cluster, profile, space) -> list[str]:
     groups = {(cluster.gpu(s.gpu).type.name, s.tp) for c in result.candidates if c.plan is not None
               for vw in c.plan.virtual_workers for s in vw.stages}
     skipped = ["; ".join(result.skipped)] if result.skipped else []
+    unsimulated = [c for c in result.candidates if c.not_simulated]
+    if unsimulated:
+        c = unsimulated[0]
+        skipped.append(f"{len(unsimulated)} candidate(s) listed by their estimate (~): their simulation had no "
+                       f"steady state to time, e.g. {c.policy} Nm {c.nm} D {c.staleness}: {c.not_simulated}")
     return skipped + caveats(profile, cluster, groups, space.precision)
 
 
@@ -184,13 +189,22 @@ def run(args: argparse.Namespace) -> int:
         print("\n" + accuracy)
     if args.out:
         save_plan(result.best.plan, args.out)
-        # The settings the ranking simulated with, so that the command reproduces rank 1's figure.
-        settings = (f" --waves {args.waves} --warmup-waves {min(2, args.waves - 1)} --jitter {args.jitter:g} "
-                    f"--seed {args.seed}" + "".join(f" --slowdown {item}" for item in args.slowdown)
-                    + (f" --target-loss {args.target_loss:g}" if args.target_loss is not None else ""))
-        print(f"\nwrote {args.out} (rank 1: {result.best.plan.name}); run it with "
-              f"`hetsim simulate --cluster {args.cluster} --profile {args.model} --plan {args.out}{settings}`")
+        print(f"\nwrote {args.out} (rank 1: {result.best.plan.name}); run it with `{_simulate_command(args)}`")
     return 0
+
+
+def _simulate_command(args: argparse.Namespace) -> str:
+    """The `hetsim simulate` of the written plan with the settings the ranking simulated with, so that
+    it reproduces rank 1's figure."""
+    import shlex
+    words = ["hetsim", "simulate", "--cluster", args.cluster, "--profile", args.model, "--plan", args.out]
+    words += ["--graph-gpu", args.graph_gpu] if args.graph_gpu != "reference" else []     # a graph.txt's
+    words += ["--graph-batch", str(args.graph_batch)] if args.graph_batch else []
+    words += ["--waves", str(args.waves), "--warmup-waves", str(min(2, args.waves - 1)), "--jitter", f"{args.jitter:g}",
+              "--seed", str(args.seed)]
+    words += [w for item in args.slowdown for w in ("--slowdown", item)]
+    words += ["--target-loss", f"{args.target_loss:g}"] if args.target_loss is not None else []
+    return shlex.join(words)
 
 
 def _training(space) -> str:

@@ -162,7 +162,7 @@ def format_report(report: Report) -> str:
         f"on {report.cluster}, model {report.model}, minibatch {plan['minibatch_size']}",
         f"throughput: {_rate(t['samples_per_s'])} samples/s"
         f"{_tokens(t)} ({_rate(t['minibatches_per_s'], 3)} minibatches/s), {_iteration(t)} "
-        f"over a {report.window['duration_s']:.2f} s steady-state window",
+        f"over a {_window_s(report.window['duration_s'])} s steady-state window",
         "",
         f"{'virtual worker':<16}{'minibatches/s':>14}{'samples/s':>11}{'sync wait s':>12}",
     ]
@@ -196,6 +196,11 @@ def _rate(value: float, decimals: int = 1) -> str:
 
 def _tokens(t: dict) -> str:
     return f", {t['tokens_per_s']:,.0f} tokens/s" if "tokens_per_s" in t else ""
+
+
+def _window_s(seconds: float) -> str:
+    # Hundredths, as usual; a window of microseconds or of ages (a link of 1e-300 GB/s) in e-notation.
+    return f"{seconds:.2f}" if 0.01 <= seconds < 1e6 else f"{seconds:.3g}"
 
 
 def _iteration(t: dict) -> str:

@@ -27,7 +27,7 @@ from typing import Callable
 
 from hetsim.cluster import Cluster
 from hetsim.convergence import Dynamics, dynamics_of, vw_busy
-from hetsim.errors import HetsimError, PlanError
+from hetsim.errors import HetsimError, PlanError, SimulationError
 from hetsim.feasibility import check_plan
 from hetsim.memory import MemorySettings
 from hetsim.plan import OPTIMIZERS, PRECISIONS, Plan, StageSpec, SyncSpec, VirtualWorker
@@ -137,6 +137,7 @@ class Candidate:
     simulated_mb_s: float | None = None
     # What its simulation did to the optimisation (staleness, update batch), for time to accuracy.
     dynamics: Dynamics | None = field(default=None, compare=False)
+    not_simulated: str = ""                # why its simulation could not time it (it keeps its estimate)
     memory_bytes: dict[str, int] = field(default_factory=dict, compare=False)
     in_flight: int = 0                     # most minibatches in flight on one stage of its schedule
     sync: SyncSpec | None = None           # what the plan will use, once built
@@ -182,11 +183,16 @@ def search_plans(cluster: Cluster, profile: ModelProfile, space: SearchSpace = S
     if missing:
         raise PlanError(f"profile {profile.model}: no layer times for GPU type(s) {', '.join(missing)} of "
                         f"cluster {cluster.name} (it has: {', '.join(sorted(profile.gpu_types))})")
+    idle = [t for t in sorted(cluster.gpu_types) if not any(l.fwd_s.get(t) or l.bwd_s.get(t) for l in profile.layers)]
+    if idle:
+        raise PlanError(f"profile {profile.model}: every layer takes 0 s on {', '.join(idle)}: the search ranks "
+                        "plans by time, which such a profile does not give")
     pending, skipped = _enumerate(cluster, profile, space, progress)
     realised = _Realised(cluster, profile, pending, space)
     if space.exhaustive:
         realised.take(len(pending))
-        simulated = realised.feasible = _simulate_all(cluster, profile, realised.feasible, space, progress)
+        realised.feasible = _simulate_all(cluster, profile, realised.feasible, space, progress)
+        simulated = [c for c in realised.feasible if c.simulated_mb_s is not None]
     else:
         simulated = _bounded(cluster, profile, realised, space, progress)
         realised.take(len(simulated) + space.keep)
@@ -269,10 +275,10 @@ def _bounded(cluster, profile, realised: _Realised, space: SearchSpace, progress
     while batch:
         for i, c in zip(batch, _simulate_all(cluster, profile, [feasible[i] for i in batch], space, progress)):
             done[i] = c
-            best = max(best, c.simulated_mb_s)
+            best = max(best, c.simulated_mb_s or 0.0)
         batch = [i for i in range(len(feasible)) if i not in done and bound[i] >= best][:_BATCH]
     realised.feasible = [done.get(i, c) for i, c in enumerate(feasible)]
-    return [done[i] for i in sorted(done)]
+    return [done[i] for i in sorted(done) if done[i].simulated_mb_s is not None]
 
 
 def _enumerate(cluster, profile, space, progress) -> tuple[list[_Pending], tuple[str, ...]]:
@@ -404,13 +410,15 @@ def _simulate_all(cluster, profile, chosen, space, progress) -> list[Candidate]:
     jobs = [(cluster, profile, c.plan, space) for c in chosen]
     with _bar(progress, "simulate", len(jobs)) as bar:
         runs = fan_out(_simulate, jobs, workers=space.workers or None, scheduler=space.scheduler, bar=bar)
-    return [replace(c, simulated_mb_s=run.mb_s, dynamics=run.dynamics) for c, run in zip(chosen, runs)]
+    return [replace(c, simulated_mb_s=run.mb_s, dynamics=run.dynamics, not_simulated=run.error)
+            for c, run in zip(chosen, runs)]
 
 
 @dataclass(frozen=True)
 class SimulatedRun:
-    mb_s: float              # steady-state minibatches per second, n_VW x the slowest VW's
-    dynamics: Dynamics       # its update batch and staleness, so time to accuracy needs no second run
+    mb_s: float | None               # steady-state minibatches per second, n_VW x the slowest VW's
+    dynamics: Dynamics | None        # its update batch and staleness, so time to accuracy needs no second run
+    error: str = ""                  # where the run had no steady state to time (mb_s None): why
 
 
 def _simulate(job) -> SimulatedRun:
@@ -424,7 +432,10 @@ def _simulate(job) -> SimulatedRun:
     cluster, profile, plan, space = job
     options = SimOptions(waves=space.waves, warmup_waves=space.warmup_waves, seed=space.seed,
                          jitter_cv=space.jitter_cv, trace=False)
-    report = run_simulation(cluster, profile, plan, options)
+    try:
+        report = run_simulation(cluster, profile, plan, options)
+    except SimulationError as exc:       # e.g. a VW so fast that it ends before the slowest warms up
+        return SimulatedRun(mb_s=None, dynamics=None, error=str(exc))
     return SimulatedRun(mb_s=len(report.virtual_workers) * min(v.minibatches_per_s for v in report.virtual_workers),
                         dynamics=dynamics_of(report.plan, report.staleness, vw_busy(report.gpus)))
 

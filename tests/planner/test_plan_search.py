@@ -134,3 +134,33 @@ def test_the_planner_imports_neither_simpy_nor_torch():
     code = ("import sys, hetsim.planner, hetsim.cli.plan; "
             "assert 'simpy' not in sys.modules and 'torch' not in sys.modules, sorted(sys.modules)")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+UNLIKE_NODES = """
+name: small
+network: {kind: ethernet, bandwidth_gbit_s: 10, latency_us: 5}
+nodes:
+  - {name: n0, gpus: [{type: v100, count: 2}], intra_link: {kind: nvlink, bandwidth_GBps: 150}}
+  - {name: n1, gpus: [{type: t4, count: 2}], intra_link: {kind: pcie, gen: 3, lanes: 16}}
+"""
+
+
+def test_a_candidate_whose_run_has_no_steady_state_keeps_its_estimate_and_the_rest_are_ranked(tmp_path, capsys):
+    """NP on a V100 node and a T4 node, 4 waves: the V100 VW ends before the T4 one has warmed up, so
+    that simulation times nothing; the search lists it by its estimate, says why, ranks the others."""
+    from hetsim.cli import main
+    from hetsim.cluster import load_cluster
+    (tmp_path / "c.yaml").write_text(UNLIKE_NODES)
+    layers = [LayerProfile(name=f"l{i}", kind="Linear", param_bytes=10**6, output_bytes=10**5,
+                           fwd_s={"v100": 0.001, "t4": 0.002}, bwd_s={"v100": 0.002, "t4": 0.004}) for i in range(3)]
+    p = ModelProfile(model="tiny", batch_size=8, input_bytes=1000, layers=tuple(layers), edges=((0, 1), (1, 2)))
+    result = search_plans(load_cluster(tmp_path / "c.yaml"), p, SearchSpace(waves=4, workers=1))
+    timeless = [c for c in result.candidates if c.not_simulated]
+    assert timeless and all(c.simulated_mb_s is None and c.feasible for c in timeless)
+    assert "no steady-state window" in timeless[0].not_simulated
+    assert result.simulated > 0 and result.best.simulated_mb_s is not None
+    from hetsim.profile_files import save_profile
+    save_profile(p, tmp_path / "p.yaml")
+    assert main(["plan", "--cluster", str(tmp_path / "c.yaml"), "--model", str(tmp_path / "p.yaml"), "--jobs", "1",
+                 "--waves", "4"]) == 0
+    assert "listed by their estimate (~): their simulation had no steady state to time" in capsys.readouterr().out
