@@ -7,6 +7,7 @@ import argparse
 import difflib
 import sys
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -69,8 +70,20 @@ def _profile(args, derive_for: list[GpuType]):
         base = with_counts(measured, skeleton)
     if not derive_for:
         return base
-    return derive_times(args.model, args.batch, base, costs, derive_for, precision=args.precision,
-                        attention=args.attention, tp_degrees=args.tp_degrees, **kwargs)
+    derived = derive_times(args.model, args.batch, base, costs, derive_for, precision=args.precision,
+                           attention=args.attention, tp_degrees=args.tp_degrees, **kwargs)
+    return derived if args.no_measure else _measured_kept(derived, base, _device_type(args))
+
+
+def _measured_kept(derived, measured, key: str):
+    """`derived` with the measured device's own times put back: --derive-for naming the measured type
+    (as `all` does) adds what measuring cannot (its TP times), never replaces a measurement."""
+    if not any(key in l.fwd_s for l in measured.layers):
+        return derived
+    layers = tuple(replace(d, fwd_s={**d.fwd_s, key: m.fwd_s[key]}, bwd_s={**d.bwd_s, key: m.bwd_s[key]},
+                           update_s={**d.update_s, **({key: m.update_s[key]} if key in m.update_s else {})})
+                   for d, m in zip(derived.layers, measured.layers))
+    return replace(derived, layers=layers, source=f"{derived.source}; {key}: its measured times kept")
 
 
 def _check_tp(args, skeleton) -> None:
