@@ -33,6 +33,7 @@ from hetsim.plan import Plan, load_plan
 from hetsim.profile import ModelProfile
 from hetsim.profile_files import load_profile
 from hetsim.report import Report
+from hetsim.schedule.registry import schedule_kind
 
 __all__ = ["launch", "make_job", "check_job_plan", "rank_main", "report_from_records", "ExecutorError",
            "torchrun_error", "one_line"]
@@ -51,7 +52,9 @@ def make_job(plan: Plan | str | Path, cluster: Cluster | str | Path, model: str 
                           f"{type(options).__name__} and {type(model_kwargs).__name__}")
     job = Job(plan=plan, cluster=cluster, model=model or plan.model, options=options, profile=profile,
               model_kwargs=tuple(sorted((model_kwargs or {}).items())))
-    check_job_plan(plan, cluster, job.model, model_kwargs)
+    n_layers = check_job_plan(plan, cluster, job.model, model_kwargs)
+    if profile is not None:
+        _check_profile(profile, job.model, n_layers, plan, cluster)
     unknown = sorted(g for g in options.slowdown if g not in plan.gpus)
     if unknown:
         raise HetsimError(f"slowdown: {unknown[0]}: plan {plan.name} has no GPU of that name (it uses "
@@ -62,13 +65,25 @@ def make_job(plan: Plan | str | Path, cluster: Cluster | str | Path, model: str 
     return job
 
 
-def check_job_plan(plan: Plan, cluster: Cluster | None, model: str, model_kwargs: dict | None = None) -> None:
+def _check_profile(profile: ModelProfile, model: str, n_layers: int, plan: Plan, cluster: Cluster) -> None:
+    """The profile that orders a hetpipe schedule is of the model trained, layer for layer, with times
+    for the plan's GPU types (as `hetsim simulate` asks of it)."""
+    if profile.model != model or profile.n_layers != n_layers:
+        raise HetsimError(f"profile: a profile of {profile.model!r} ({profile.n_layers} layers), but the job trains "
+                          f"{model!r} ({n_layers} layers); give a profile of the model trained "
+                          f"(hetsim profile --model {model})")
+    if schedule_kind(plan.schedule).needs_costs:
+        for gpu in dict.fromkeys(plan.gpus):
+            profile.require_gpu_type(cluster.gpu(gpu).type.name)
+
+
+def check_job_plan(plan: Plan, cluster: Cluster | None, model: str, model_kwargs: dict | None = None) -> int:
     """The plan rules simulate and plan enforce (hetsim.feasibility.check_structure), against the
     model's own layer count, before any rank starts: a plan whose stages stopped short of the last
     layer once trained a truncated model without a word. The model is built on the meta device
     (no weights), so this takes well under a second. make_job calls it for every Job, so the
     precision the executor trains at (FP32 weights and activations, fp32 or tf32 math), its lack of
-    recomputation and the plan's optimizer are checked here."""
+    recomputation and the plan's optimizer are checked here. Returns the model's layer count."""
     if plan.precision not in ("fp32", "tf32"):
         raise PlanError(f"plan {plan.name}: precision {plan.precision}: the executor trains with FP32 "
                         "weights and activations (mixed precision is not implemented); run the plan at fp32 "
@@ -88,7 +103,9 @@ def check_job_plan(plan: Plan, cluster: Cluster | None, model: str, model_kwargs
         raise HetsimError(f"model {model}: {exc}") from None
     except ValueError as exc:                # arguments the model cannot be built with together
         raise HetsimError(f"{'--model-arg: ' if model_kwargs else ''}model {model}: {exc}") from None
-    check_structure(plan, cluster, len(modelzoo.layer_graph(net)), f"model {model}")
+    n_layers = len(modelzoo.layer_graph(net))
+    check_structure(plan, cluster, n_layers, f"model {model}")
+    return n_layers
 
 
 def _graph(job: Job):

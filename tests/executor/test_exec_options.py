@@ -116,3 +116,23 @@ def test_only_rank_0_checks_the_out_folder_it_alone_writes(tmp_path, monkeypatch
     monkeypatch.setenv("RANK", "0")
     assert main(args) == 2
     assert "is a file, not a folder" in capsys.readouterr().err
+
+
+def test_a_profile_of_another_model_or_without_the_plans_gpu_types_is_refused_before_any_rank_starts():
+    """The executor's --profile orders a hetpipe schedule: it must be the trained model's, layer for
+    layer (an mlp profile of 5 layers for a 9-layer model once failed on every rank with an IndexError)."""
+    from dataclasses import replace
+    from conftest import profile
+    from hetsim.plan import load_plan
+    plan = replace(load_plan(PLAN), schedule="hetpipe")
+    from executor.launch import check_job_plan
+    n = check_job_plan(plan, None, plan.model)
+    with pytest.raises(HetsimError, match=rf"^profile: a profile of 'synthetic' \({n} layers\), but the job trains 'mlp'"):
+        make_job(plan, "cpu_host", profile=profile(n, 0.01, 0.02, types=("cpu",)))
+    mlp = lambda layers, types=("cpu",): replace(profile(layers, 0.01, 0.02, types=types), model="mlp")
+    with pytest.raises(HetsimError, match=rf"^profile: a profile of 'mlp' \({n - 4} layers\), but the job trains "
+                                          rf"'mlp' \({n} layers\)"):
+        make_job(plan, "cpu_host", profile=mlp(n - 4))
+    with pytest.raises(HetsimError, match="no layer times for GPU type 'cpu'"):
+        make_job(plan, "cpu_host", profile=mlp(n, types=("v100",)))
+    assert make_job(plan, "cpu_host", profile=mlp(n)).profile.n_layers == n
