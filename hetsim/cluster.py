@@ -12,7 +12,7 @@ from pathlib import Path
 
 from hetsim.data import resolve
 from hetsim.errors import PlanError, SpecError
-from hetsim.fields import Fields
+from hetsim.fields import Fields, dump_yaml
 from hetsim.gpu import GpuType, gpu_type_document, gpu_type_from_fields, load_gpu_types
 from hetsim.outputs import write_text
 from hetsim.units import in_units
@@ -208,8 +208,7 @@ def _node(f: Fields, types: dict[str, GpuType]) -> Node:
 
 def save_cluster(cluster: Cluster, path: str | Path) -> None:
     """Write the cluster as a file that load_cluster reads back equal (cluster_document)."""
-    import yaml
-    write_text(path, yaml.safe_dump(cluster_document(cluster), sort_keys=False, width=120))
+    write_text(path, dump_yaml(cluster_document(cluster), sort_keys=False, width=120))
 
 
 def cluster_document(cluster: Cluster) -> dict:

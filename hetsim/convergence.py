@@ -316,8 +316,8 @@ def batch_note(model: ConvergenceModel, minibatch: int) -> str:
 
 def size_note(model: ConvergenceModel, param_bytes: int | None) -> str:
     """A caution where the profile's model is not the size the entry was fitted on, or ""."""
-    if model.param_bytes is None or param_bytes is None or param_bytes == model.param_bytes:
-        return ""
+    if not model.param_bytes or not param_bytes or param_bytes == model.param_bytes:
+        return ""                          # 0: a profile that does not know its parameters
     return (f"time to accuracy: the {model.model}/{model.task} entry was fitted on a {model.model} of "
             f"{model.param_bytes / 1e6:.3g} MB of parameters, the profile's has {param_bytes / 1e6:.3g} MB "
             f"(another width or depth); its constants are not known to hold there")

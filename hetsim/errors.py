@@ -1,6 +1,6 @@
 """The errors hetsim raises for bad input: each prints as one line that names where and what."""
 
-__all__ = ["HetsimError", "SpecError", "PlanError", "ScheduleError", "SimulationError"]
+__all__ = ["HetsimError", "SpecError", "PlanError", "ScheduleError", "SimulationError", "NoSteadyStateError"]
 
 
 class HetsimError(Exception):
@@ -25,3 +25,8 @@ class ScheduleError(HetsimError, ValueError):
 
 class SimulationError(HetsimError, RuntimeError):
     """The simulation could not produce a result (e.g. it deadlocked or measured an empty window)."""
+
+
+class NoSteadyStateError(SimulationError):
+    """The run ended before it had a steady state to time: too few waves for how far apart the
+    virtual workers' paces are. Not a fault of the plan; more waves time it."""

@@ -16,7 +16,7 @@ import yaml
 
 from hetsim.errors import SpecError
 
-__all__ = ["Fields", "read_document", "parse_document", "LARGEST"]
+__all__ = ["Fields", "read_document", "parse_document", "dump_yaml", "LARGEST"]
 
 _MISSING = object()
 # No count of bytes, FLOPs, seconds or GB/s in these files comes near this: a larger number is a typo,
@@ -43,7 +43,7 @@ def parse_document(text: str, path: str | Path) -> Any:
     another name), YAML otherwise; any failure is a one-line SpecError."""
     path = Path(path)
     try:
-        if path.suffix.lower() == ".json":
+        if path.suffix == ".json":
             return json.loads(text, object_pairs_hook=_unique_json_keys)
         if text.lstrip(" \t\r\n\ufeff").startswith(("{", "[")):
             try:
@@ -97,9 +97,21 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-# YAML 1.2's floats: PyYAML (YAML 1.1) reads 1e-3 and 1e5, which have no dot, as text.
-_UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(
-    r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"), list("-+0123456789"))
+class _Dumper(yaml.SafeDumper):
+    """yaml.safe_dump, except that text reading as a number to the loader above is quoted."""
+
+
+# YAML 1.2's floats: PyYAML (YAML 1.1) reads 1e-3 and 1e5, which have no dot, as text. The dumper
+# learns the same rule, so that a name such as "1e5" is written quoted and reads back as text.
+_EXPONENT_FLOAT = re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$")
+for _cls in (_UniqueKeyLoader, _Dumper):
+    _cls.add_implicit_resolver("tag:yaml.org,2002:float", _EXPONENT_FLOAT, list("-+0123456789"))
+
+
+def dump_yaml(data: Any, **options: Any) -> str:
+    """yaml.safe_dump for documents hetsim reads back (parse_document): same options, same output,
+    except that text the reader would take for a number is quoted."""
+    return yaml.dump(data, Dumper=_Dumper, **options)
 
 
 class Fields:

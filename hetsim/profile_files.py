@@ -9,10 +9,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import yaml
 
 from hetsim.data import resolve
-from hetsim.fields import Fields
+from hetsim.fields import Fields, dump_yaml
 from hetsim.outputs import write_text
 from hetsim.pipedream_graph import read_graph
 from hetsim.profile import ModelProfile, profile_from_dict
@@ -37,4 +36,4 @@ def save_profile(profile: ModelProfile, path: str | Path) -> None:
     if path.suffix == ".json":
         write_text(path, json.dumps(doc, indent=1) + "\n")
     else:
-        write_text(path, yaml.safe_dump(doc, sort_keys=False, width=120))
+        write_text(path, dump_yaml(doc, sort_keys=False, width=120))

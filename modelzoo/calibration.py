@@ -23,6 +23,7 @@ import torch
 import yaml
 
 from hetsim.derive import calibrate, calibration_errors, derive_profile, Efficiency
+from hetsim.fields import dump_yaml
 from hetsim.gpu import load_gpu_type
 from hetsim.profile_files import load_profile, save_profile
 from modelzoo.counting import count_model
@@ -130,10 +131,10 @@ def main(argv: list[str] | None = None) -> None:
     # attention kernel too, so counting it fused is the better model but needs a refit.
     costs = {m: count_model(m, b, attention="materialized", **kw) for m, b, kw in FIT + HELD_OUT}
     doc.pop("efficiency", None)
-    device_path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    device_path.write_text(dump_yaml(doc, sort_keys=False))
     device = load_gpu_type(device_path)
     factors = calibrate([profiles[m] for m, _, _ in FIT], [costs[m] for m, _, _ in FIT], device, DEVICE_TYPE)
-    device_path.write_text(yaml.safe_dump({**doc, "efficiency": factors}, sort_keys=False))
+    device_path.write_text(dump_yaml({**doc, "efficiency": factors}, sort_keys=False))
     device = load_gpu_type(device_path)
     eff = Efficiency(factors=factors)
     report = ["# CPU calibration of hetsim.derive's roofline", "",

@@ -22,6 +22,7 @@ import yaml
 
 from hetsim.data import data_root, pipedream_profiles
 from hetsim.derive import PASSES, Efficiency, LayerCost, pass_time_s
+from hetsim.fields import dump_yaml
 from hetsim.gpu import load_gpu_types
 from hetsim.pipedream_graph import read_graph
 from modelzoo.counting import count_model
@@ -139,7 +140,7 @@ def write_efficiency(path: str | Path, *, default: dict | None = None, kernel_cl
     doc = {"default": default if default is not None else doc.get("default", {}),
            "kernel_classes": kernel_classes if kernel_classes is not None else doc.get("kernel_classes", {}),
            "gpus": gpus if gpus is not None else doc.get("gpus") or {}}
-    path.write_text(HEADER.format(fit=", ".join(FIT), conv=CONV_FWD) + yaml.safe_dump(doc, sort_keys=False, width=100))
+    path.write_text(HEADER.format(fit=", ".join(FIT), conv=CONV_FWD) + dump_yaml(doc, sort_keys=False, width=100))
 
 
 BASE = {"compute": 0.5, "memory": 0.7, "overhead_s": 1.0e-05, "compute.Block": 0.6, "overhead_s.Block": 6.0e-05,

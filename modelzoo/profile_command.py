@@ -72,14 +72,13 @@ def _profile(args, derive_for: list[GpuType]):
         return base
     derived = derive_times(args.model, args.batch, base, costs, derive_for, precision=args.precision,
                            attention=args.attention, tp_degrees=args.tp_degrees, **kwargs)
-    return derived if args.no_measure else _measured_kept(derived, base, _device_type(args))
+    key = _measured_type(args)
+    return _measured_kept(derived, base, key) if key in {g.name for g in derive_for} else derived
 
 
 def _measured_kept(derived, measured, key: str):
     """`derived` with the measured device's own times put back: --derive-for naming the measured type
     (as `all` does) adds what measuring cannot (its TP times), never replaces a measurement."""
-    if not any(key in l.fwd_s for l in measured.layers):
-        return derived
     layers = tuple(replace(d, fwd_s={**d.fwd_s, key: m.fwd_s[key]}, bwd_s={**d.bwd_s, key: m.bwd_s[key]},
                            update_s={**d.update_s, **({key: m.update_s[key]} if key in m.update_s else {})})
                    for d, m in zip(derived.layers, measured.layers))
@@ -112,8 +111,16 @@ def derive_times(model: str, batch: int, base, costs: list, gpus: list[GpuType],
     return with_tp_times(derived, costs, gpus, effs, tp_degrees, precision=precision)
 
 
+def _measured_type(args) -> str | None:
+    return None if args.no_measure else _device_type(args)
+
+
 def _notes(args, derive_for: list[GpuType]) -> list[str]:
     notes = [bf16_note(derive_for, args.precision)]
+    measured = _measured_type(args)
+    if measured in {g.name for g in derive_for} and any(t > 1 for t in args.tp_degrees):
+        notes.append(f"{measured}: its single-GPU times are measured and its tensor-parallel ones derived, two "
+                     "footings a plan search weighs against each other; derive both (--no-measure) to compare them")
     if any(t > 1 for t in args.tp_degrees):
         missing = floorless(derive_for, load_efficiencies({g.name: g for g in derive_for}))
         if missing:

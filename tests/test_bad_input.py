@@ -568,3 +568,13 @@ def test_planning_a_profile_whose_layers_take_no_time_is_refused_naming_the_type
     assert main(["plan", "--cluster", "cpu_host", "--model", str(tmp_path / "profile.json"), "--jobs", "1"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "every layer takes 0 s on cpu" in err
+
+
+def test_text_that_reads_as_a_number_is_written_quoted_and_reads_back_as_text(tmp_path):
+    """A cluster named 1e5 (text) is saved and loaded as named, now that 1e5 unquoted is a number."""
+    from dataclasses import replace
+    from hetsim.cluster import save_cluster
+    cluster = replace(load_cluster(SHIPPED / "clusters" / "cpu_host.yaml"), name="1e5")
+    save_cluster(cluster, tmp_path / "c.yaml")
+    assert "name: '1e5'" in (tmp_path / "c.yaml").read_text()
+    assert load_cluster(tmp_path / "c.yaml").name == "1e5"

@@ -24,6 +24,7 @@ import yaml
 from hetsim.convergence import (ConvergenceModel, Observation, crossing, dynamics_of, fit_target,
                                 samples_to_target)
 from hetsim.data import data_root
+from hetsim.fields import dump_yaml
 from modelzoo.counting import counted_profile
 
 HERE = Path(__file__).resolve().parent
@@ -79,7 +80,7 @@ def write_entry(model: ConvergenceModel, path: Path | None = None) -> Path:
                      "noise_batch": None if t.noise_batch is None else round(t.noise_batch, 1),
                      "staleness_cost": round(t.staleness_cost, 4), "async_cost": round(t.async_cost, 4)}
                     for t in model.targets]})
-    path.write_text(_HEADER + yaml.safe_dump({"entries": entries}, sort_keys=False))
+    path.write_text(_HEADER + dump_yaml({"entries": entries}, sort_keys=False))
     return path
 
 

@@ -10,11 +10,11 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-import yaml
 
 from hetsim.cli.arguments import check_output_dir, existing_dir, existing_file
 from hetsim.cli.torch_side import torch_side
 from hetsim.errors import HetsimError
+from hetsim.fields import dump_yaml
 
 __all__ = ["add_arguments", "run", "write_import"]
 
@@ -61,7 +61,7 @@ def write_import(plan_path: str | Path, data: str | Path, training_config: str |
     check_output_dir(out, "--out")
     names = {"cluster": "cluster.yaml", "profile": "profile.yaml", "plan": "plan.json", "measured": "measured.json"}
     with staged(out) as stage:                     # the four files together, or none
-        write_text(stage / names["cluster"], yaml.safe_dump(cluster, sort_keys=False, width=120))
+        write_text(stage / names["cluster"], dump_yaml(cluster, sort_keys=False, width=120))
         save_profile(profile, stage / names["profile"])
         save_plan(plan, stage / names["plan"])
         write_text(stage / names["measured"], json.dumps({"plan": run.name, "iteration_s": run.measured_iter_s,

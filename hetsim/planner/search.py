@@ -27,7 +27,7 @@ from typing import Callable
 
 from hetsim.cluster import Cluster
 from hetsim.convergence import Dynamics, dynamics_of, vw_busy
-from hetsim.errors import HetsimError, PlanError, SimulationError
+from hetsim.errors import HetsimError, NoSteadyStateError, PlanError
 from hetsim.feasibility import check_plan
 from hetsim.memory import MemorySettings
 from hetsim.plan import OPTIMIZERS, PRECISIONS, Plan, StageSpec, SyncSpec, VirtualWorker
@@ -192,7 +192,7 @@ def search_plans(cluster: Cluster, profile: ModelProfile, space: SearchSpace = S
     if space.exhaustive:
         realised.take(len(pending))
         realised.feasible = _simulate_all(cluster, profile, realised.feasible, space, progress)
-        simulated = [c for c in realised.feasible if c.simulated_mb_s is not None]
+        simulated = _timed(realised.feasible)
     else:
         simulated = _bounded(cluster, profile, realised, space, progress)
         realised.take(len(simulated) + space.keep)
@@ -276,9 +276,20 @@ def _bounded(cluster, profile, realised: _Realised, space: SearchSpace, progress
         for i, c in zip(batch, _simulate_all(cluster, profile, [feasible[i] for i in batch], space, progress)):
             done[i] = c
             best = max(best, c.simulated_mb_s or 0.0)
-        batch = [i for i in range(len(feasible)) if i not in done and bound[i] >= best][:_BATCH]
+        batch = [i for i in range(len(feasible)) if i not in done and bound[i] >= best][:_BATCH] if best else []
     realised.feasible = [done.get(i, c) for i, c in enumerate(feasible)]
-    return [done[i] for i in sorted(done) if done[i].simulated_mb_s is not None]
+    return _timed([done[i] for i in sorted(done)])
+
+
+def _timed(simulated: list[Candidate]) -> list[Candidate]:
+    """The candidates whose simulation timed a steady state; none of them, when some were simulated,
+    is an error: the ranking would be the estimate's alone, for want of waves."""
+    timed = [c for c in simulated if c.simulated_mb_s is not None]
+    if simulated and not timed:
+        c = simulated[0]
+        raise PlanError(f"none of the {len(simulated)} simulated candidates had a steady state to time, e.g. "
+                        f"{c.policy} Nm {c.nm} D {c.staleness}: {c.not_simulated}")
+    return timed
 
 
 def _enumerate(cluster, profile, space, progress) -> tuple[list[_Pending], tuple[str, ...]]:
@@ -434,7 +445,7 @@ def _simulate(job) -> SimulatedRun:
                          jitter_cv=space.jitter_cv, trace=False)
     try:
         report = run_simulation(cluster, profile, plan, options)
-    except SimulationError as exc:       # e.g. a VW so fast that it ends before the slowest warms up
+    except NoSteadyStateError as exc:    # e.g. a VW so fast that it ends before the slowest warms up
         return SimulatedRun(mb_s=None, dynamics=None, error=str(exc))
     return SimulatedRun(mb_s=len(report.virtual_workers) * min(v.minibatches_per_s for v in report.virtual_workers),
                         dynamics=dynamics_of(report.plan, report.staleness, vw_busy(report.gpus)))

@@ -7,7 +7,7 @@ from dataclasses import asdict
 
 from hetsim.cluster import Cluster
 from hetsim.caveats import caveats
-from hetsim.errors import SimulationError
+from hetsim.errors import NoSteadyStateError
 from hetsim.memory import StageMemory
 from hetsim.plan import Plan
 from hetsim.profile import ModelProfile
@@ -25,7 +25,7 @@ def build_report(world: World, rec: Recorder, plan: Plan, cluster: Cluster, prof
     start, end = rec.start, rec.end
     window = plan_window(plan, rec.completion_times, rec.warmup)
     if start is None or end is None or end.t <= start.t or window is None:
-        raise SimulationError(f"no steady-state window: no simulated time passed between the last virtual worker "
+        raise NoSteadyStateError(f"no steady-state window: no simulated time passed between the last virtual worker "
                               f"finishing its {options.warmup_waves} warm-up waves and the first finishing all "
                               f"{options.waves}; simulate more waves")
     span = end.t - start.t

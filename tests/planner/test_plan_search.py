@@ -145,15 +145,19 @@ nodes:
 """
 
 
+def _tiny_on_unlike_nodes() -> ModelProfile:
+    layers = [LayerProfile(name=f"l{i}", kind="Linear", param_bytes=10**6, output_bytes=10**5,
+                           fwd_s={"v100": 0.001, "t4": 0.002}, bwd_s={"v100": 0.002, "t4": 0.004}) for i in range(3)]
+    return ModelProfile(model="tiny", batch_size=8, input_bytes=1000, layers=tuple(layers), edges=((0, 1), (1, 2)))
+
+
 def test_a_candidate_whose_run_has_no_steady_state_keeps_its_estimate_and_the_rest_are_ranked(tmp_path, capsys):
     """NP on a V100 node and a T4 node, 4 waves: the V100 VW ends before the T4 one has warmed up, so
     that simulation times nothing; the search lists it by its estimate, says why, ranks the others."""
     from hetsim.cli import main
     from hetsim.cluster import load_cluster
     (tmp_path / "c.yaml").write_text(UNLIKE_NODES)
-    layers = [LayerProfile(name=f"l{i}", kind="Linear", param_bytes=10**6, output_bytes=10**5,
-                           fwd_s={"v100": 0.001, "t4": 0.002}, bwd_s={"v100": 0.002, "t4": 0.004}) for i in range(3)]
-    p = ModelProfile(model="tiny", batch_size=8, input_bytes=1000, layers=tuple(layers), edges=((0, 1), (1, 2)))
+    p = _tiny_on_unlike_nodes()
     result = search_plans(load_cluster(tmp_path / "c.yaml"), p, SearchSpace(waves=4, workers=1))
     timeless = [c for c in result.candidates if c.not_simulated]
     assert timeless and all(c.simulated_mb_s is None and c.feasible for c in timeless)
@@ -164,3 +168,14 @@ def test_a_candidate_whose_run_has_no_steady_state_keeps_its_estimate_and_the_re
     assert main(["plan", "--cluster", str(tmp_path / "c.yaml"), "--model", str(tmp_path / "p.yaml"), "--jobs", "1",
                  "--waves", "4"]) == 0
     assert "listed by their estimate (~): their simulation had no steady state to time" in capsys.readouterr().out
+
+
+def test_a_search_none_of_whose_simulations_has_a_steady_state_asks_for_more_waves(tmp_path):
+    """NP with D = 8 in 4 waves: no candidate can be timed, so no ranking by simulation exists; the
+    search says so rather than write a plan chosen by the estimate alone."""
+    from hetsim.cluster import load_cluster
+    (tmp_path / "c.yaml").write_text(UNLIKE_NODES)
+    space = SearchSpace(policies=("NP",), staleness_values=(8,), waves=4, workers=1)
+    with pytest.raises(PlanError, match=r"^none of the 4 simulated candidates had a steady state to time, e\.g\. NP "
+                                        r"Nm \d D 8: no steady-state window: .*simulate more waves$"):
+        search_plans(load_cluster(tmp_path / "c.yaml"), _tiny_on_unlike_nodes(), space)
