@@ -16,7 +16,7 @@ import yaml
 
 from hetsim.errors import SpecError
 
-__all__ = ["Fields", "read_document", "parse_document", "dump_yaml", "LARGEST"]
+__all__ = ["Fields", "read_document", "read_text", "parse_document", "dump_yaml", "LARGEST"]
 
 _MISSING = object()
 # No count of bytes, FLOPs, seconds or GB/s in these files comes near this: a larger number is a typo,
@@ -26,16 +26,21 @@ LARGEST = 1e30
 
 def read_document(path: str | Path) -> Any:
     """Parse a .yaml/.yml/.json file; parse errors become one-line SpecErrors naming the file."""
+    return parse_document(read_text(path, "UTF-8 YAML or JSON"), path)
+
+
+def read_text(path: str | Path, expected: str) -> str:
+    """The file's UTF-8 text; a missing, unreadable or binary file is a one-line SpecError naming it
+    and what it should have held (`expected`)."""
     path = Path(path)
     try:
-        text = path.read_text()
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise SpecError(f"{path}: file not found") from None
     except OSError as exc:
         raise SpecError(f"{path}: cannot read ({exc.strerror})") from None
     except UnicodeDecodeError:
-        raise SpecError(f"{path}: not a text file (expected UTF-8 YAML or JSON)") from None
-    return parse_document(text, path)
+        raise SpecError(f"{path}: not a text file (expected {expected})") from None
 
 
 def parse_document(text: str, path: str | Path) -> Any:

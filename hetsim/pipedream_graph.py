@@ -15,7 +15,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from hetsim.errors import SpecError
-from hetsim.fields import LARGEST
+from hetsim.fields import LARGEST, read_text
 from hetsim.outputs import write_text
 from hetsim.profile import LayerProfile, ModelProfile, first_apart
 
@@ -28,12 +28,7 @@ _REQUIRED = ("forward_compute_time", "backward_compute_time", "activation_size",
 def read_graph(path: str | Path, *, gpu_type: str = "reference", batch_size: int | None = None,
                model: str | None = None) -> ModelProfile:
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SpecError(f"{path}: cannot read ({exc.strerror})") from None
-    except UnicodeDecodeError:
-        raise SpecError(f"{path}: not a text file (expected a PipeDream graph.txt)") from None
+    text = read_text(path, "a PipeDream graph.txt")
     return parse_graph(text, source_name=path.name, gpu_type=gpu_type,
                        batch_size=batch_size, model=model or path.stem)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-
 from hetsim.data import resolve
 from hetsim.fields import Fields, dump_yaml
 from hetsim.outputs import write_text

@@ -10,7 +10,6 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-
 from hetsim.cli.arguments import check_output_dir, existing_dir, existing_file
 from hetsim.cli.torch_side import torch_side
 from hetsim.errors import HetsimError
