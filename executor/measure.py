@@ -209,5 +209,6 @@ def _trace(job, layout: RankLayout, records, origin: float) -> TraceWriter:
     for role in layout.stage_ranks:
         rec = records[role.rank]
         for name, cat, t0, t1 in rec.spans:
-            trace.span(*rows[role.rank], name, rec.wall(t0) - origin, t1 - t0, cat=cat)
+            trace.span(*rows[role.rank], name, rec.wall(t0) - origin, t1 - t0, cat=cat,
+                       args={"gpu": role.gpu, "rank": role.rank})
     return trace

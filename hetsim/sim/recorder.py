@@ -82,4 +82,5 @@ class Recorder:
     def span(self, gpu: str, name: str, start: float, cat: str) -> None:
         if self.trace is not None and self.world.env.now > start:
             process, thread = self.rows[gpu]
-            self.trace.span(process, thread, name, start, self.world.env.now - start, cat=cat)
+            # The GPU id rides along so a reader need not parse it back out of the row's display name.
+            self.trace.span(process, thread, name, start, self.world.env.now - start, cat=cat, args={"gpu": gpu})

@@ -61,6 +61,10 @@ def test_bsp_averages_gradients_like_one_process_on_both_minibatches():
     want = reference_losses(4, n_vw=2)
     for vw, mb, loss in report.training["losses"]:
         assert loss == pytest.approx(want[mb][vw], abs=1e-5)
+    # Its trace names each span's GPU and rank as the simulator's names its GPU.
+    spans = [e for e in report.trace.events if e["ph"] == "X"]
+    assert {e["args"]["gpu"] for e in spans} == set(plan.gpus)
+    assert {e["args"]["rank"] for e in spans} == set(range(len(plan.gpus)))
 
 
 def test_weight_stashing_backward_uses_the_forward_version():

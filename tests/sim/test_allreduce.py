@@ -92,3 +92,16 @@ def test_a_process_moves_its_bytes_on_one_thread():
                             SimOptions(waves=10, trace=False))
     ring = 2 * (n - 1) * (params / n) / (bandwidth / 2)
     assert report.throughput["minibatches_per_s"] == pytest.approx(n / (0.030 + ring), rel=1e-6)
+
+
+def test_every_span_in_the_trace_names_its_gpu_and_each_gpu_times_its_allreduce():
+    # Readers of trace.json (the Sailor check's gradient-reduction column) find a span's GPU in its
+    # args, not by parsing the row's display name.
+    c = cluster([2])
+    p = profile(1, 0.010, 0.020, param_bytes=8_000_000)
+    pl = plan([["node0/gpu0"], ["node0/gpu1"]], [0, 1], nm=2, schedule="gpipe", sync=SyncSpec(mode="bsp"))
+    report = run_simulation(c, p, pl, SimOptions(waves=4, trace=True))
+    spans = [e for e in report.trace.events if e["ph"] == "X"]
+    assert spans and {e["args"]["gpu"] for e in spans} == {"node0/gpu0", "node0/gpu1"}
+    reducing = {e["args"]["gpu"] for e in spans if e["name"].startswith("allreduce")}
+    assert reducing == {"node0/gpu0", "node0/gpu1"}

@@ -82,18 +82,14 @@ def grad_reduce(report, measured_s: float | None) -> dict:
 
 
 def _last_reduce_spans(trace) -> dict[str, float]:
-    """GPU id -> duration of its last `allreduce` span (the trace names a GPU's row "<gpu> ..." under its node)."""
-    nodes, rows, last = {}, {}, {}
+    """GPU id -> duration of its last `allreduce` span."""
+    last = {}
     for e in trace.events:
-        if e["ph"] == "M" and e["name"] == "process_name":
-            nodes[e["pid"]] = e["args"]["name"]
-        elif e["ph"] == "M" and e["name"] == "thread_name":
-            rows[e["pid"], e["tid"]] = e["args"]["name"].split(" ", 1)[0]
-        elif e["ph"] == "X" and e["name"].startswith("allreduce"):
-            key = (e["pid"], e["tid"])
-            if key not in last or e["ts"] > last[key]["ts"]:
-                last[key] = e
-    return {f"{nodes[pid]}/{rows[pid, tid]}": e["dur"] / 1e6 for (pid, tid), e in last.items()}
+        if e["ph"] == "X" and e["name"].startswith("allreduce"):
+            gpu = e["args"]["gpu"]
+            if gpu not in last or e["ts"] > last[gpu]["ts"]:
+                last[gpu] = e
+    return {gpu: e["dur"] / 1e6 for gpu, e in last.items()}
 
 
 def with_network_latency(cluster: Cluster, seconds: float) -> Cluster:
