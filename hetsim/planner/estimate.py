@@ -78,13 +78,15 @@ class PsRoutes:
         return dict(out)
 
 
-def rate_bound(parts: list[VwPartition], nm: int) -> float:
+def rate_bound(parts: list[VwPartition], nm: int, *, summed: bool = False) -> float:
     """An upper bound of what any simulation of these VWs can sustain (minibatches per second, all VWs):
     each GPU computes every minibatch of its VW (1 / its compute), and each VW keeps at most Nm
-    minibatches in flight, each taking at least its compute plus its transfers (Little's law);
-    the search's measure, n_VW x the slowest VW, is below n_VW x the smallest such bound. Unlike the
-    estimate it leaves out what overlaps in a simulation (pulls, sends during compute)."""
-    return len(parts) * min(min(nm / p.roundtrip_s, 1.0 / max(p.compute_s)) for p in parts)
+    minibatches in flight, each taking at least its compute plus its transfers (Little's law).
+    VWs held to the slowest one's pace (WSP, BSP) sustain at most n_VW x the smallest such bound;
+    `summed` VWs that keep their own pace (SDPipe) the sum of them. Unlike the estimate it leaves out
+    what overlaps in a simulation (pulls, sends during compute)."""
+    each = [min(nm / p.roundtrip_s, 1.0 / max(p.compute_s)) for p in parts]
+    return sum(each) if summed else len(parts) * min(each)
 
 
 def link_loads(parts: list[VwPartition], nm: int, topology: Topology,

@@ -265,7 +265,8 @@ def _bounded(cluster, profile, realised: _Realised, space: SearchSpace, progress
         return []
     realised.take(len(realised.pending))
     feasible = realised.feasible
-    bound = [rate_bound(list(c.partitions), c.nm) * (1 + space.bound_slack) for c in feasible]
+    bound = [rate_bound(list(c.partitions), c.nm, summed=c.sync.mode == "sdpipe") * (1 + space.bound_slack)
+             for c in feasible]
     top = feasible[0].estimate.minibatches_per_s if feasible else 0.0
     asked = {i for i, c in enumerate(feasible)           # what top_k and margin ask for, as before
              if i < space.top_k or c.estimate.minibatches_per_s >= (1 - space.margin) * top}
@@ -427,7 +428,7 @@ def _simulate_all(cluster, profile, chosen, space, progress) -> list[Candidate]:
 
 @dataclass(frozen=True)
 class SimulatedRun:
-    mb_s: float | None               # steady-state minibatches per second, n_VW x the slowest VW's
+    mb_s: float | None               # steady-state minibatches per second, as `hetsim simulate` reports it
     dynamics: Dynamics | None        # its update batch and staleness, so time to accuracy needs no second run
     error: str = ""                  # where the run had no steady state to time (mb_s None): why
 
@@ -435,9 +436,11 @@ class SimulatedRun:
 def _simulate(job) -> SimulatedRun:
     """Steady-state rate of one plan (in a worker process), with what the run did to the optimisation.
 
-    n_VW times the slowest VW's simulated rate: WSP holds every VW to the slowest one's pace in the
-    long run, while a finite simulation lets faster VWs run up to D waves ahead and finish early,
-    which would make a large D look faster than it is (../shared/reference/hetpipe.md).
+    The report's rate, so the printed `hetsim simulate` command reproduces it: under WSP n_VW times the
+    slowest VW's rate (the staleness bound holds every VW to its pace in the long run, while a finite
+    run lets faster VWs lead by up to D waves, which would make a large D look faster than it is;
+    hetsim.window locks it), under SDPipe the sum of the VWs' rates (a fast VW owes a connection only
+    once per sdpipe_period of its waves, so it keeps its lead and its updates count).
     """
     from hetsim.sim import SimOptions, run_simulation
     cluster, profile, plan, space = job
@@ -447,7 +450,7 @@ def _simulate(job) -> SimulatedRun:
         report = run_simulation(cluster, profile, plan, options)
     except NoSteadyStateError as exc:    # e.g. a VW so fast that it ends before the slowest warms up
         return SimulatedRun(mb_s=None, dynamics=None, error=str(exc))
-    return SimulatedRun(mb_s=len(report.virtual_workers) * min(v.minibatches_per_s for v in report.virtual_workers),
+    return SimulatedRun(mb_s=report.throughput["minibatches_per_s"],
                         dynamics=dynamics_of(report.plan, report.staleness, vw_busy(report.gpus)))
 
 

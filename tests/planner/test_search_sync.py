@@ -7,9 +7,11 @@ VWs then differ and `check_plan` refuses every multi-VW plan. One split for all 
 
 import pytest
 
-from conftest import cluster
+import hetsim
+from conftest import cluster, gpu_type
 from hetsim.feasibility import check_plan
 from hetsim.memory import MemorySettings
+from hetsim.planner.estimate import rate_bound
 from hetsim.planner.hetero import _describe, partition_aligned, partition_ordered
 from hetsim.planner.search import SearchSpace, _simulate, search_plans
 from hetsim.profile import LayerProfile, ModelProfile
@@ -66,3 +68,27 @@ def test_np_on_unlike_nodes_gets_one_split_for_both_vws_and_runs(sync, schedule)
     assert len({tuple(s.layers for s in vw.stages) for vw in plan.virtual_workers}) == 1
     check_plan(plan, MIXED, model)
     assert _simulate((MIXED, model, plan, space)).mb_s > 0
+
+
+def test_sdpipe_candidates_score_what_simulate_reports_and_the_bounded_search_finds_the_exhaustive_best():
+    # Fast and 4x slower nodes: under SDPipe a fast VW keeps its lead, so the report sums the VWs'
+    # rates; n_VW x the slowest (WSP's long-run rate) halved DP here and put ED first.
+    fast, slow = gpu_type("fast"), gpu_type("slow")
+    c = cluster([4, 4], intra_Bps=2e9, net_Bps=1.25e8, types=[fast, slow])
+    layers = tuple(LayerProfile(name=f"l{i}", kind="Linear", param_bytes=10_000, output_bytes=4_000_000,
+                                fwd_s={"fast": 0.01, "slow": 0.04}, bwd_s={"fast": 0.02, "slow": 0.08})
+                   for i in range(8))
+    p = ModelProfile(model="two-speed", batch_size=1, layers=layers, edges=tuple((i, i + 1) for i in range(7)),
+                     input_bytes=0)
+    kw = dict(policies=("NP", "ED", "HD", "auto"), nm_values=(4,), workers=1, waves=20, sync="sdpipe")
+    bounded, every = search_plans(c, p, SearchSpace(**kw)), search_plans(c, p, SearchSpace(exhaustive=True, **kw))
+    assert bounded.best.plan.name == every.best.plan.name
+    for cand in [x for x in every.candidates if x.simulated_mb_s][:3]:
+        report = hetsim.simulate(c, p, cand.plan, waves=20, warmup_waves=2, jitter_cv=0.02, seed=0, trace=False)
+        assert cand.simulated_mb_s == report.throughput["minibatches_per_s"]
+        rates = [v.minibatches_per_s for v in report.virtual_workers]
+        assert rate_bound(list(cand.partitions), cand.nm, summed=True) >= sum(rates)
+    # Unequal VWs whose sum is what counts: DP's fast VWs are more than twice the slow ones here.
+    dp = next(x for x in every.candidates if x.policy == "DP" and x.simulated_mb_s)
+    assert dp.simulated_mb_s > 1.5 * len(dp.partitions) * min(
+        v.minibatches_per_s for v in hetsim.simulate(c, p, dp.plan, waves=20, jitter_cv=0.02, trace=False).virtual_workers)
