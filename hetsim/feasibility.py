@@ -14,10 +14,12 @@ from hetsim.topology import Topology
 __all__ = ["check_plan", "check_structure", "plan_memory", "vw_schedule"]
 
 
-def check_plan(plan: Plan, cluster: Cluster, profile: ModelProfile) -> dict[str, StageMemory]:
+def check_plan(plan: Plan, cluster: Cluster, profile: ModelProfile,
+               slowdown: dict[str, float] | None = None) -> dict[str, StageMemory]:
     """Raise PlanError naming the first broken rule; return each GPU's memory use if all hold.
 
-    `profile` must already be at the plan's minibatch size (see ModelProfile.scaled_to_batch).
+    `profile` must already be at the plan's minibatch size (see ModelProfile.scaled_to_batch);
+    `slowdown` (GPU id -> factor) as the run will have it, for the orders shaped by costs.
     """
     check_structure(plan, cluster, profile.n_layers, f"the profile of {profile.model}")
     for v, vw in enumerate(plan.virtual_workers):
@@ -27,7 +29,7 @@ def check_plan(plan: Plan, cluster: Cluster, profile: ModelProfile) -> dict[str,
                 raise PlanError(f"plan: virtual_workers[{v}].stages[{s}]: {stage.tp} tensor-parallel GPUs cannot "
                                 f"split {profile.model}'s attention heads; a degree must divide "
                                 f"{profile.tp_divisor} (the profile's tp_divisor)")
-    memory = plan_memory(plan, cluster, profile)
+    memory = plan_memory(plan, cluster, profile, slowdown)
     for vw in plan.virtual_workers:
         for s, stage in enumerate(vw.stages):
             for member in stage.members:
@@ -71,27 +73,31 @@ def vw_schedule(plan: Plan, vw: VirtualWorker, cluster: Cluster, profile: ModelP
 _MEMORY_WAVES = (4, 8, 16, 32, 64)    # schedule lengths tried for the steady state
 
 
-def plan_memory(plan: Plan, cluster: Cluster, profile: ModelProfile) -> dict[str, StageMemory]:
+def plan_memory(plan: Plan, cluster: Cluster, profile: ModelProfile,
+                slowdown: dict[str, float] | None = None) -> dict[str, StageMemory]:
     """Peak memory of every GPU in the plan, from the in-flight counts its schedule reaches in steady
     state: a schedule of 4 waves, lengthened while a longer one holds more (a schedule shaped by costs
-    can take several waves to fill), so that whether a plan fits is the plan's, not a run's length."""
-    memory = _plan_memory(plan, cluster, profile, _MEMORY_WAVES[0])
+    can take several waves to fill), so that whether a plan fits is the plan's, not a run's length.
+    A schedule shaped by costs is the one `slowdown` (GPU id -> factor) orders: a slowed stage can
+    leave the stages before it more minibatches in flight."""
+    memory = _plan_memory(plan, cluster, profile, _MEMORY_WAVES[0], slowdown)
     if not schedule_kind(plan.schedule).needs_costs:
         return memory                      # a fixed order holds its most within its first wave
     for longer in _MEMORY_WAVES[1:]:
-        more = _plan_memory(plan, cluster, profile, longer)
+        more = _plan_memory(plan, cluster, profile, longer, slowdown)
         if all(more[g].total_bytes <= memory[g].total_bytes for g in more):
             break
         memory = more
     return memory
 
 
-def _plan_memory(plan: Plan, cluster: Cluster, profile: ModelProfile, waves: int) -> dict[str, StageMemory]:
+def _plan_memory(plan: Plan, cluster: Cluster, profile: ModelProfile, waves: int,
+                 slowdown: dict[str, float] | None = None) -> dict[str, StageMemory]:
     out = {}
     settings = MemorySettings.of(plan)
     topology = Topology(cluster) if schedule_kind(plan.schedule).needs_costs else None
     for vw in plan.virtual_workers:
-        schedule = vw_schedule(plan, vw, cluster, profile, waves, topology)
+        schedule = vw_schedule(plan, vw, cluster, profile, waves, topology, slowdown)
         for d in range(schedule.n_stages):
             # A device's chunks (one unless virtual stages), each with what it holds at the device's peak.
             chunks = [vw.stages[schedule.virtual_stage(d, c)] for c in range(schedule.chunks)]

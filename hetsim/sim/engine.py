@@ -92,9 +92,9 @@ def run_simulation(cluster: Cluster, profile: ModelProfile, plan: Plan,
     """Simulate `options.waves` waves of every virtual worker; the Report carries the trace."""
     check_length(options.waves, plan.nm, _n_stages(plan))
     profile = profile.scaled_to_batch(plan.minibatch_size)
-    memory = check_plan(plan, cluster, profile)
     for gpu in options.slowdown:
         cluster.gpu(gpu)
+    memory = check_plan(plan, cluster, profile, options.slowdown)     # of the order the run follows
     trace = TraceWriter("prediction") if options.trace else None
     n_vw = len(plan.virtual_workers)
     n_mb = options.waves * plan.nm

@@ -217,3 +217,20 @@ def test_deepspeed_with_blocking_sends_costs_a_middle_stage_three_transfers_per_
                                           blocking_p2p=True), waves=6).throughput["minibatches_per_s"]
                  for m in (8, 9)}
     assert iteration[9] - iteration[8] == pytest.approx(fwd + bwd + 3 * x, rel=1e-6)
+
+
+def test_a_slowed_stage_under_hetpipe_is_checked_and_reported_with_the_minibatches_its_order_holds():
+    # HetPipe's order is shaped by the stages' costs: slowing the last stage leaves the first one more
+    # minibatches in flight, and the memory check, the reported memory and the local-staleness bound
+    # must be those of the order the run follows, not of the unslowed one.
+    from hetsim.feasibility import vw_schedule
+    c = cluster([2])
+    p = profile(2, [0.010, 0.010], [0.020, 0.020], out_bytes=1_000_000)
+    pl = plan([["node0/gpu0", "node0/gpu1"]], [0, 1, 2], nm=6, schedule="hetpipe")
+    slow = {"node0/gpu1": 1.5}
+    held = vw_schedule(pl, pl.virtual_workers[0], c, p, 20, slowdown=slow).in_flight(0)
+    assert held > vw_schedule(pl, pl.virtual_workers[0], c, p, 20).in_flight(0)
+    report = run_simulation(c, p, pl, SimOptions(waves=20, trace=False, slowdown=slow))
+    first = report.gpus[0]
+    assert first.memory_breakdown["activation_bytes"] == held * 2 * 1_000_000     # its input and its output
+    assert report.staleness["local_bound"] == held - 1 >= report.staleness["local"]["max"]
