@@ -79,6 +79,9 @@ class StageRank:
         self.tp, self.tp_ranks = tp, tp_ranks or []   # a tensor-parallel stage's group, its ranks lead first
         self.lead = tp is None or tp.rank == 0
         self.applied = 0                  # own minibatches whose updates are in the local weights
+        # WSP: the global clock pulled for each wave not yet pushed (a 1F1B stage pulls w + 1 before
+        # it pushes w; the update of w is as stale as the weights its forwards ran on).
+        self._pulled: dict[int, int] = {}
         self._received: dict[tuple[str, int, int], tuple[torch.Tensor, ...]] = {}    # (kind, mb, chunk)
         self._outbox: dict[tuple[str, int, int], tuple[torch.Tensor, ...]] = {}
         self._sends = PendingSends()
@@ -266,7 +269,8 @@ class StageRank:
 
     def push(self, wave: int) -> None:
         t0 = time.perf_counter()
-        version = self.wsp.version
+        # Wave 0 runs on the initial weights; a wave pulled before a resume, on the last pulled.
+        version = self._pulled.pop(wave, self.wsp.version if wave else 0)
         self.rec.staleness_global.append((self.vw, self.stage, wave, version, wave - version))
         self.wsp.push(wave)
         self.rec.span(f"push {wave}", "sync", t0, time.perf_counter())
@@ -276,6 +280,7 @@ class StageRank:
         self.rec.waiting_on = list(self.wsp.ps_ranks)
         weights, clock, held = self.wsp.pull(wave, self.model.flat, self.model.numel)
         self.model.set_flat(weights)
+        self._pulled[wave] = clock
         t1 = time.perf_counter()
         self.rec.gates.append((self.vw, self.stage, wave, held, clock))
         self.rec.span(f"pull {wave}", "sync", t0, t1)

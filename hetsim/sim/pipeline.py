@@ -49,7 +49,9 @@ class Stage:
     # as executor.measure counts the first rank's.
     first_device: bool = False
     applied: int = 0                   # own minibatches whose updates are in the local weights
-    version: int = 0                   # global clock of the weights last pulled (WSP)
+    # WSP: the global clock of the weights pulled for each wave not yet pushed. A wave's update is
+    # as stale as the weights its forwards ran on; a 1F1B stage pulls wave w + 1 before it pushes w.
+    pulled: dict[int, int] = field(default_factory=dict)
     position: int = field(default=0)   # index of the action being run (for deadlock reports)
 
 

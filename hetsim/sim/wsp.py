@@ -47,7 +47,8 @@ class WaveSync:
         a pipeline send, the push does not occupy a rank sharing cores: the server posts its receive
         only after the push's header arrives, so gloo's isend returns at once and its own thread
         writes the update later.)"""
-        self.rec.staleness_global.append((stage.vw, stage.index, wave, stage.version, wave - stage.version))
+        version = stage.pulled.pop(wave, 0)          # wave 0 runs on the initial weights, clock 0
+        self.rec.staleness_global.append((stage.vw, stage.index, wave, version, wave - version))
         landed = self.world.env.all_of(self._transfers(stage, to_ps=True))
         landed.callbacks.append(lambda _event: self._landed(stage.vw, wave))
 
@@ -66,4 +67,4 @@ class WaveSync:
         self.rec.gates.append((stage.vw, stage.index, wave, env.now - start, clocks.c_global))
         version = clocks.c_global
         yield env.all_of(self._transfers(stage, to_ps=False))
-        stage.version = version
+        stage.pulled[wave] = version

@@ -53,6 +53,14 @@ def test_global_staleness_within_simulator_bound(wsp_run):
     assert report.staleness["global"]["count"] == 7 * 4            # one push per wave per stage
 
 
+def test_an_update_is_as_stale_as_the_weights_its_wave_ran_on(wsp_run):
+    # 1F1B's first stage pulls wave w + 1 before it pushes wave w, so wave w ran on weights that lack
+    # at least its own previous update; the record is that wave's pulled clock, as the simulator's is.
+    _, _, report = wsp_run
+    first = [row[4] for row in report.staleness_global if row[1] == 0 and row[2] >= 1]
+    assert len(first) == 2 * 6 and min(first) >= 1
+
+
 def test_every_update_has_a_staleness_record_and_loss(wsp_run):
     _, _, report = wsp_run
     assert report.staleness["local"]["count"] == 2 * 2 * 14

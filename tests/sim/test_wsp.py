@@ -40,6 +40,19 @@ def test_every_update_global_staleness_is_within_the_bound(D):
     assert min(staleness) >= 0
 
 
+def test_an_update_is_as_stale_as_the_weights_its_wave_ran_on_not_those_pulled_for_the_next():
+    # 1F1B's first stage pulls wave w + 1's weights before it pushes wave w: wave w's forwards ran on
+    # weights pulled before its own push of wave w - 1 landed, so they lack it (staleness >= 1).
+    from hetsim.feasibility import vw_schedule
+    c, p, pl = three_vws(0, schedule="1f1b")
+    order = [(a.kind, a.index) for a in vw_schedule(pl, pl.virtual_workers[0], c, p, 30).stages[0]
+             if a.kind in ("PULL", "PUSH")]
+    assert order.index(("PULL", 2)) < order.index(("PUSH", 1))
+    report = run(c, p, pl, slowdown={"node2/gpu0": 1.5}, jitter_cv=0.1, seed=3)
+    first = [row[4] for row in report.staleness_global if row[1] == 0 and row[2] >= 1]
+    assert len(first) == 3 * 29 and 1 <= min(first) and max(first) <= report.staleness["global_bound"]
+
+
 def test_a_larger_bound_lets_fast_workers_get_further_ahead():
     gaps = []
     for D in (0, 4):
