@@ -215,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
               f"Fitted on: {', '.join(dict.fromkeys(r['name'] for r in runs if r['name'] in FIT_ON))} "
               f"(seeds {', '.join(map(str, sorted({r.get('seed', 0) for r in runs})))}); "
               f"`python experiments/time_to_accuracy/run.py{' --quick' if args.quick else ''}"
-              f"{' --compare' if args.compare else ''}`, {time.time() - started:.0f} s")
+              f"{' --compare' if args.compare else ''}{' --only ' + ' '.join(args.only) if args.only else ''}`, "
+              f"{time.time() - started:.0f} s{' (the other plans: their runs.json entries, kept)' if args.only else ''}")
     median = write_table(compare(runs, entry), HERE / "results" / "time_to_accuracy", header)
     return 0 if median is not None and median <= MEDIAN_TOL else 1
 
