@@ -57,15 +57,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ranks", action="store_true", help="print the number of ranks the plan needs and exit")
     args = p.parse_args(argv)
     try:
-        from executor.launch import layout_of, make_job, one_line, rank_main, report_from_records, torchrun_error
+        from executor.launch import (check_fault, layout_of, make_job, one_line, rank_main, report_from_records,
+                                     torchrun_error)
         if args.out and os.environ.get("RANK", "0") == "0":
             # Before the run, not after it; by the rank that writes it alone: torchrun starts every rank
             # at once, and the check makes and removes the folder, which concurrent checks trip over.
             from hetsim.cli.arguments import check_output_dir
-            check_output_dir(args.out, "--out")
+            from hetsim.report import REPORT_FILES
+            check_output_dir(args.out, "--out", names=REPORT_FILES)
         job = make_job(args.plan, args.cluster, args.model, profile=args.profile, options=options_from_args(args),
                        model_kwargs=model_kwargs(args.model_arg))
         layout = layout_of(job)
+        check_fault(job.options, layout)
         if args.ranks:
             print(layout.world_size)
             return 0
@@ -93,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             report = report_from_records(job, records)
             print(format_report(report))
             if args.out:
-                report.write(args.out)
+                report.write(args.out, drop_figures=True)
         return 0
     except HetsimError as exc:
         print(f"executor: error: {exc}", file=sys.stderr, flush=True)

@@ -43,6 +43,8 @@ def start_checkpoints(directory: str, mine: dict, resume: bool) -> None:
     no fingerprint). Starting afresh: refuse a directory that already holds checkpoints, so that
     nothing written earlier is lost and a later resume cannot pick up a stale wave of another run."""
     folder = Path(directory)
+    if folder.exists() and not folder.is_dir():
+        raise HetsimError(f"checkpoint_dir: {directory} is a file, not a folder")
     path = folder / _FINGERPRINT
     existing = any(folder.glob("rank*_wave*.pt"))
     theirs = json.loads(path.read_text()) if path.exists() else None
@@ -55,7 +57,10 @@ def start_checkpoints(directory: str, mine: dict, resume: bool) -> None:
     if existing:
         raise HetsimError(f"checkpoint_dir: {directory} already holds checkpoints of {_describe(theirs)}; "
                           "resume them, or give an empty directory (a fresh run does not overwrite them)")
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise HetsimError(f"checkpoint_dir: {directory}: cannot write there ({exc.strerror or exc})") from None
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps(mine, sort_keys=True) + "\n")
     os.replace(tmp, path)

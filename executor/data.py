@@ -38,7 +38,8 @@ class SyntheticData:
             self._teacher = torch.randn(self._k, task.n_classes, generator=g)
 
     def _generator(self, vw: int, mb: int, part: int) -> torch.Generator:
-        return torch.Generator().manual_seed(((self.seed * 1_000_003 + vw) * 1_000_003 + mb) * 4 + part)
+        # Folded into torch's seed range, so any seed the options take works (smaller ones are unchanged).
+        return torch.Generator().manual_seed((((self.seed * 1_000_003 + vw) * 1_000_003 + mb) * 4 + part) % 2**63)
 
     def inputs(self, vw: int, mb: int) -> torch.Tensor:
         if self.task.kind == NEXT_TOKEN:

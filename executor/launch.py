@@ -24,7 +24,7 @@ from executor.measure import build_measured_report
 from executor.optimizer import plan_optimizer
 from executor.options import ExecOptions
 from executor.record import RankRecord
-from executor.worker import Job, _check_supported, check_tp_layers, job_layout, run_rank
+from executor.worker import Job, _check_supported, _resume_wave, check_tp_layers, job_layout, run_rank
 from hetsim.cluster import Cluster, load_cluster
 from hetsim.data import loaded
 from hetsim.errors import HetsimError, PlanError
@@ -32,7 +32,7 @@ from hetsim.feasibility import check_structure
 from hetsim.plan import Plan, load_plan
 from hetsim.profile import ModelProfile
 from hetsim.profile_files import load_profile
-from hetsim.report import Report
+from hetsim.report import REPORT_FILES, Report
 from hetsim.schedule.registry import schedule_kind
 
 __all__ = ["launch", "make_job", "check_job_plan", "rank_main", "report_from_records", "ExecutorError",
@@ -109,12 +109,21 @@ def check_job_plan(plan: Plan, cluster: Cluster | None, model: str, model_kwargs
 
 
 def _graph(job: Job):
-    model, _ = modelzoo.build(job.model, batch=1, **dict(job.model_kwargs))
+    # On the meta device: the layers' structure without their weights, which a model too big for this
+    # host could not allocate (the ranks build the real thing, after the plan check said it fits).
+    model, _ = modelzoo.build(job.model, batch=1, device="meta", **dict(job.model_kwargs))
     return modelzoo.layer_graph(model)
 
 
 def layout_of(job: Job) -> RankLayout:
     return job_layout(job, len(_graph(job)))
+
+
+def check_fault(options: ExecOptions, layout: RankLayout) -> None:
+    """A fault to inject names a rank of this run (a fault that never fires would test nothing)."""
+    spec = options.fault_spec
+    if spec is not None and spec[0] >= layout.world_size:
+        raise HetsimError(f"fault {options.fault!r}: this run has ranks 0..{layout.world_size - 1}")
 
 
 def rank_main(rank: int, world_size: int, job: Job, init_method: str, records_path: str | None,
@@ -152,7 +161,7 @@ def _child(rank: int, world_size: int, job: Job, init_method: str, tmp: str) -> 
     try:
         rank_main(rank, world_size, job, init_method, os.path.join(tmp, "records.pkl"),
                   on_exit=error_path.write_text)
-    except ExecutorError as exc:
+    except HetsimError as exc:               # said in one line (ExecutorError among them); the rest is a bug
         error_path.write_text(str(exc))
         os._exit(1)
     except BaseException:
@@ -187,12 +196,14 @@ def launch(plan: Plan | str | Path, cluster: Cluster | str | Path, model: str | 
     """Run the plan for real on this host (one process per rank) and return the measured Report."""
     job = make_job(plan, cluster, model, profile=profile, options=options, model_kwargs=model_kwargs)
     layout = layout_of(job)
+    check_fault(options, layout)
     if out is not None:
         from hetsim.cli.arguments import check_output_dir
-        check_output_dir(out, "out")               # before the run, not after it
+        check_output_dir(out, "out", names=REPORT_FILES)      # before the run, not after it
     if options.checkpoint_dir:
         start_checkpoints(options.checkpoint_dir, fingerprint(job.plan.to_dict(), job.model, dict(job.model_kwargs)),
                           options.resume)
+        _resume_wave(job, layout)                  # nothing left to run: said here, not by every rank
     with tempfile.TemporaryDirectory(prefix="hetsim-exec-") as tmp:
         ctx = mp.get_context("spawn")
         procs = [ctx.Process(target=_child, args=(r, layout.world_size, job, f"file://{tmp}/store", tmp),
@@ -206,7 +217,7 @@ def launch(plan: Plan | str | Path, cluster: Cluster | str | Path, model: str | 
         records = pickle.loads((Path(tmp) / "records.pkl").read_bytes())
     report = report_from_records(job, records)
     if out is not None:
-        report.write(out)
+        report.write(out, drop_figures=True)     # a prediction's figures there would contradict it
     return report
 
 
@@ -246,4 +257,8 @@ def _wait(procs, layout: RankLayout, tmp: Path, timeout_s: float) -> None:
             lines.append(path.read_text().strip())
         else:
             lines.append(f"{layout.describe(r)}: exited with code {procs[r].exitcode} and no message (died)")
+    if all(not (tmp / f"error{r}.txt").exists() and r not in stuck for r in range(len(procs))):
+        # Spawned ranks import the launching script first: unguarded, it launches again and they die.
+        lines.append("no rank got as far as its first line: if a script calls executor.launch, call it under "
+                     "`if __name__ == \"__main__\":` (each rank imports the script)")
     raise ExecutorError("run failed:\n  " + "\n  ".join(lines))

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import dataclass, field
 
 from executor.optimizer import default_lr
 from hetsim.errors import HetsimError
+from hetsim.schedule.ir import Action
 
 __all__ = ["ExecOptions"]
 
 
 # A peer silent longer than a day is no peer: larger values overflow the collectives' timedelta.
 MAX_TIMEOUT_S = 86_400.0
+MAX_SEED = 2**63                # torch.manual_seed's range (as a signed 64-bit integer)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,6 +44,17 @@ class ExecOptions:
         if not all(isinstance(v, int) and not isinstance(v, bool) for v in (self.waves, self.warmup_waves)):
             raise HetsimError(f"waves and warmup_waves must be whole numbers, got {self.waves!r} and "
                               f"{self.warmup_waves!r}")
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or not 0 <= self.seed < MAX_SEED:
+            raise HetsimError(f"seed: expected a whole number in [0, 2**63), got {self.seed!r}")
+        for name in ("lr", "momentum", "timeout_s"):
+            value = getattr(self, name)
+            if not (value is None and name == "lr") and (not isinstance(value, (int, float)) or isinstance(value, bool)):
+                raise HetsimError(f"{name}: expected a number, got {value!r}")
+        for gpu, factor in self.slowdown.items():
+            if not isinstance(factor, (int, float)) or isinstance(factor, bool):
+                raise HetsimError(f"slowdown[{gpu}]: expected a number, got {factor!r}")
+        if self.checkpoint_dir is not None and not isinstance(self.checkpoint_dir, (str, os.PathLike)):
+            raise HetsimError(f"checkpoint_dir: expected a folder path, got {self.checkpoint_dir!r}")
         if self.waves < 1:
             raise HetsimError(f"waves: must be >= 1, got {self.waves}")
         if not 0 <= self.warmup_waves < self.waves:
@@ -76,4 +90,8 @@ class ExecOptions:
         parts = self.fault.split(":")
         if len(parts) != 3 or not parts[0].isdigit() or parts[2] not in ("die", "hang"):
             raise HetsimError(f"fault: expected RANK:ACTION:die|hang, e.g. 1:F3:die, got {self.fault!r}")
-        return int(parts[0]), parts[1], parts[2]
+        try:
+            action = Action.parse(parts[1])
+        except ValueError as exc:
+            raise HetsimError(f"fault {self.fault!r}: {exc}") from None
+        return int(parts[0]), str(action), parts[2]

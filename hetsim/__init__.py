@@ -31,13 +31,14 @@ __all__ = ["simulate", "load_cluster", "load_profile", "load_plan", "Cluster", "
 
 def simulate(cluster: Cluster | str | Path = DEFAULT_CLUSTER,
              profile: ModelProfile | str | Path = DEFAULT_PROFILE,
-             plan: Plan | str | Path = DEFAULT_PLAN, *, waves: int = 20, warmup_waves: int = 2,
+             plan: Plan | str | Path = DEFAULT_PLAN, *, waves: int = 20, warmup_waves: int | None = None,
              seed: int = 0, jitter_cv: float = 0.0, slowdown: Mapping[str, float] | None = None,
              straggler_prob: float = 0.0, straggler_delay_s: float = 0.0, trace: bool = True) -> Report:
     """Predict throughput, utilisation, memory and staleness of `plan` on `cluster`.
 
     Each of cluster, profile and plan may be an object, a file path or a shipped name; `slowdown` names
-    GPUs ("node2/gpu1") or whole nodes ("node2"), as `hetsim simulate --slowdown` does.
+    GPUs ("node2/gpu1") or whole nodes ("node2"), as `hetsim simulate --slowdown` does. `warmup_waves`
+    left out: 2, or waves - 1 for a shorter run, as the CLI's.
     """
     from hetsim.sim import SimOptions, run_simulation
     cluster = loaded("cluster", cluster, Cluster, load_cluster)
@@ -46,6 +47,8 @@ def simulate(cluster: Cluster | str | Path = DEFAULT_CLUSTER,
     if slowdown is not None and not isinstance(slowdown, Mapping):
         raise HetsimError(f"slowdown: expected a mapping of GPU or node names to factors, got {slowdown!r}")
     from hetsim.slowdown import gpu_factors
+    if warmup_waves is None and isinstance(waves, int) and not isinstance(waves, bool):
+        warmup_waves = max(0, min(2, waves - 1))
     options = SimOptions(waves=waves, warmup_waves=warmup_waves, seed=seed, jitter_cv=jitter_cv,
                          slowdown=gpu_factors(cluster, slowdown or {}, "slowdown"), straggler_prob=straggler_prob,
                          straggler_delay_s=straggler_delay_s, trace=trace)

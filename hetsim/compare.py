@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hetsim.errors import HetsimError
 from hetsim.report import Report
 
 __all__ = ["Comparison", "compare_reports", "format_comparison", "percent_error"]
@@ -35,7 +36,16 @@ def percent_error(predicted: float | None, measured: float | None) -> float | No
 
 
 def compare_reports(prediction: Report, measurement: Report) -> list[Comparison]:
-    """Throughput, each GPU's compute and waiting per minibatch of its VW, staleness, and SDPipe's groups."""
+    """Throughput, each GPU's compute and waiting per minibatch of its VW, staleness, and SDPipe's groups.
+    The two must be of one plan: the same GPUs in the same virtual workers."""
+    for name, r in (("prediction", prediction), ("measurement", measurement)):
+        if not isinstance(r, Report):
+            raise HetsimError(f"compare: {name}: expected a Report, got {type(r).__name__}")
+    where = lambda r: sorted((g.id, g.vw) for g in r.gpus)
+    if where(prediction) != where(measurement):
+        raise HetsimError(f"compare: the prediction (plan {prediction.plan.get('name')!r}) and the measurement (plan "
+                          f"{measurement.plan.get('name')!r}) place different GPUs or virtual workers; compare "
+                          "reports of one plan")
     rows = [Comparison(metric="throughput samples/s", predicted=prediction.throughput["samples_per_s"],
                        measured=measurement.throughput["samples_per_s"])]
     for p, m in zip(prediction.virtual_workers, measurement.virtual_workers):

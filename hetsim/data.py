@@ -39,15 +39,23 @@ def pipedream_profile(model: str) -> Path:
 
 
 def resolve(kind: str, name_or_path: str | Path) -> Path:
-    """A path as given if it exists, else a shipped file of that kind named `name_or_path`."""
+    """A path as given if it is a file, else a shipped file of that kind named `name_or_path` (a folder
+    of that name, say an output folder named after the plan, does not hide the shipped file)."""
+    if not isinstance(name_or_path, (str, os.PathLike)) or not str(name_or_path):
+        raise SpecError(f"{kind}: expected a file path or a shipped name, got "
+                        f"{type(name_or_path).__name__} {name_or_path!r}"[:200])
     path = Path(name_or_path)
-    if path.exists():
+    if path.is_file():
         return path
     folder = data_root() / _KIND_DIRS[kind]
     for suffix in (".yaml", ".yml", ".json", ".txt"):
         candidate = folder / f"{name_or_path}{suffix}"
-        if candidate.exists():
+        if candidate.is_file():
             return candidate
+    if path.is_dir():
+        raise SpecError(f"{name_or_path}: a folder, not a {kind} file, and no shipped {kind} of that name")
+    if path.exists():
+        return path                      # not a regular file (a pipe, /dev/stdin): the reader says what it is
     shipped = sorted(p.stem for p in folder.iterdir() if p.suffix in {".yaml", ".json"})
     raise SpecError(f"{name_or_path}: no such {kind} file, and no shipped {kind} of that name "
                     f"(shipped: {', '.join(shipped)})")

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from hetsim.errors import HetsimError
 from hetsim.report import Report
 from hetsim.units import GIB
 
@@ -91,8 +92,12 @@ def plot_utilisation(report: Report, path: str | Path) -> Path:
 
 
 def plot_report(report: Report, out_dir: str | Path) -> list[Path]:
-    """timeline.png (a few waves of the steady state) and utilisation.png."""
+    """timeline.png (a few waves of the steady state) and utilisation.png, in `out_dir` (made if need be)."""
     out = Path(out_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise HetsimError(f"figures folder {out}: cannot write there ({exc.strerror or exc})") from None
     paths = [plot_utilisation(report, out / "utilisation.png")]
     if report.trace is not None:
         start = report.window["start_s"]

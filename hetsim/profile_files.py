@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 from hetsim.data import resolve
+from hetsim.errors import SpecError
 from hetsim.fields import Fields, dump_yaml
 from hetsim.outputs import write_text
 from hetsim.pipedream_graph import read_graph
@@ -30,7 +31,11 @@ def load_profile(path: str | Path, *, graph_gpu_type: str = "reference",
 
 
 def save_profile(profile: ModelProfile, path: str | Path) -> None:
+    """YAML, or JSON for a .json path; not .txt, which load_profile reads as PipeDream's graph.txt."""
     path = Path(path)
+    if path.suffix == ".txt":
+        raise SpecError(f"{path}: a .txt profile is read as PipeDream's graph.txt; save as .yaml or .json, or "
+                        "write graph.txt with hetsim.pipedream_graph.write_graph (one GPU type's times)")
     doc = profile.to_dict()
     if path.suffix == ".json":
         write_text(path, json.dumps(doc, indent=1) + "\n")

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable
 
+from hetsim.errors import HetsimError
 from hetsim.outputs import staged
 from hetsim.trace import TraceWriter
 
@@ -116,7 +117,24 @@ class Report:
 
     @classmethod
     def load(cls, path: str | Path) -> "Report":
-        return cls.from_dict(json.loads(Path(path).read_text()))
+        """A report.json read back with what `write` put beside it (the per-update CSVs, loss.csv,
+        trace.json), so that writing it again loses nothing."""
+        path = Path(path)
+        try:
+            doc = json.loads(path.read_text())
+            report = cls.from_dict(doc)
+        except OSError as exc:
+            raise HetsimError(f"report {path}: cannot read ({exc.strerror or exc})") from None
+        except ValueError as exc:
+            raise HetsimError(f"report {path}: not JSON ({exc})") from None
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise HetsimError(f"report {path}: not a hetsim report.json ({type(exc).__name__}: {exc})") from None
+        report.staleness_local = _records(path.parent / "staleness_local.csv", (int, int, int, int))
+        report.staleness_global = _records(path.parent / "staleness_global.csv", (int, int, int, int, int))
+        report.losses = _records(path.parent / "loss.csv", (int, int, float, float))
+        if (path.parent / "trace.json").is_file():
+            report.trace = TraceWriter.from_dict(json.loads((path.parent / "trace.json").read_text()))
+        return report
 
     def tables(self) -> dict[str, "Any"]:
         """pandas DataFrames of the per-GPU, per-link, per-VW and per-update records."""
@@ -131,9 +149,13 @@ class Report:
             **({"loss": pd.DataFrame(self.losses, columns=LOSS_COLUMNS)} if self.losses else {}),
         }
 
-    def write(self, out_dir: str | Path) -> list[Path]:
-        """report.json, one CSV per table and trace.json (if traced); hetsim.plots draws the figures."""
-        with staged(out_dir, "report folder") as stage:      # all of its files, or none
+    def write(self, out_dir: str | Path, *, drop_figures: bool = False) -> list[Path]:
+        """report.json, one CSV per table and trace.json (if traced); hetsim.plots draws the figures.
+        All of them or none; an earlier report's file that this one does not write (trace.json of a
+        traced run) is removed, so none there contradicts the rest, and with `drop_figures` its figures
+        too (a writer that draws none, as the executor)."""
+        owns = REPORT_FILES + (REPORT_FIGURES if drop_figures else ())
+        with staged(out_dir, "report folder", owns=owns) as stage:
             names = [p.name for p in self._write(stage)]
         return [Path(out_dir) / name for name in names]
 
@@ -150,11 +172,24 @@ class Report:
         return paths
 
 
+def _records(path: Path, types: tuple) -> list[tuple]:
+    """The rows of one of `write`'s CSVs beside a report.json, typed; none where it is absent."""
+    if not path.is_file():
+        return []
+    import csv
+    with path.open(newline="") as f:
+        rows = list(csv.reader(f))[1:]
+    try:
+        return [tuple(t(v) for t, v in zip(types, row, strict=True)) for row in rows]
+    except ValueError as exc:
+        raise HetsimError(f"report {path}: not the table a report writes ({exc})") from None
+
+
 def _row(g: GpuStats) -> dict[str, Any]:
     row = asdict(g)
     row["layers"] = f"{g.layers[0]}-{g.layers[1]}"
     breakdown = row.pop("memory_breakdown")
-    row.update({f"mem_{k}": v for k, v in breakdown.items()})
+    row.update({f"mem_{k}": v for k, v in sorted(breakdown.items())})   # as report.json orders them
     return row
 
 

@@ -43,12 +43,19 @@ def plan_window(plan: Plan, completions: list[list[float]], warmup: int) -> Stea
 
 
 def window_notes(plan: Plan, window: SteadyWindow) -> list[str]:
-    """Say when some VW had no whole wave inside the window, so that its rate is not a steady state's."""
-    if not window.whole_run:
-        return []
-    names = ", ".join(plan.virtual_workers[i].name for i in window.whole_run)
-    return [f"window: {window.duration:.3g} s, less than a whole wave of {names}, each timed instead over its "
-            "whole run after warm-up (pipeline fill included): not a steady-state rate; simulate more waves"]
+    """Say when some VW had no whole wave inside the window, or only waves that include the run's final
+    drain, so that its rate is not a steady state's."""
+    notes = []
+    if window.whole_run:
+        names = ", ".join(plan.virtual_workers[i].name for i in window.whole_run)
+        notes.append(f"window: {window.duration:.3g} s, less than a whole wave of {names}, each timed instead over "
+                     "its whole run after warm-up (pipeline fill included): not a steady-state rate; simulate more "
+                     "waves")
+    if window.drain_counted:
+        names = ", ".join(plan.virtual_workers[i].name for i in window.drain_counted)
+        notes.append(f"window: the final drain of {names} is counted (no wave to spare after warm-up), which runs "
+                     f"faster than steady state: simulate at least warm-up + 2 waves")
+    return notes
 
 
 def drain_minibatches(plan: Plan) -> int:

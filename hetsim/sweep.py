@@ -22,7 +22,7 @@ from hetsim.plan import Plan
 from hetsim.profile import ModelProfile
 from hetsim.report import Report
 from hetsim.slowdown import gpu_factors
-from hetsim.units import GIB
+from hetsim.units import GIB, MAX_JITTER_CV
 
 __all__ = ["Axis", "SweepBase", "AXES", "FIGURES", "parse_axes", "check_axes", "grid", "run_point", "figures"]
 
@@ -36,11 +36,13 @@ def _count(minimum: int) -> Callable[[str], int]:
     return convert
 
 
-def _number(positive: bool) -> Callable[[str], float]:
+def _number(positive: bool, at_most: float = math.inf) -> Callable[[str], float]:
     def convert(text: str) -> float:
         value = float(text)
         if not math.isfinite(value) or value < 0 or (positive and value == 0):
             raise ValueError("must be finite and > 0" if positive else "must be finite and >= 0")
+        if value > at_most:
+            raise ValueError(f"must be <= {at_most:g}")
         return value
     return convert
 
@@ -50,7 +52,7 @@ AXES: dict[str, tuple[Callable[[str], Any], str]] = {
     "staleness": (_count(0), "a whole number >= 0 (WSP bound D)"),
     "nm": (_count(1), "a whole number >= 1"),
     "waves": (_count(1), "a whole number >= 1"),
-    "jitter": (_number(False), "a coefficient of variation >= 0"),
+    "jitter": (_number(False, MAX_JITTER_CV), f"a coefficient of variation in [0, {MAX_JITTER_CV:g}]"),
     "seed": (_count(0), "a whole number >= 0"),
     "network.bandwidth_gbit_s": (_number(True), "Gbit/s > 0"),
     "network.latency_us": (_number(False), "microseconds >= 0"),
@@ -86,6 +88,8 @@ class SweepBase:
 
 def parse_axes(items: list[str]) -> tuple[Axis, ...]:
     """Axes from `NAME=V1,V2,...` strings; a bad name or value is a one-line error naming the axis."""
+    if isinstance(items, str) or not all(isinstance(i, str) for i in items):
+        raise HetsimError(f"--vary: expected a list of 'NAME=V1,V2,...' strings, got {items!r}"[:200])
     axes: list[Axis] = []
     for item in items:
         name, eq, text = item.partition("=")
@@ -150,6 +154,8 @@ def run_point(job: tuple[SweepBase, dict[str, Any]]) -> dict[str, Any]:
         report = run_simulation(cluster, base.profile, plan, options)
     except HetsimError as exc:
         return {**row, **{k: "" for k in FIGURES}, "error": str(exc)}
+    except (ArithmeticError, ValueError) as exc:      # values no check foresaw: this point's row, not the sweep
+        return {**row, **{k: "" for k in FIGURES}, "error": f"{type(exc).__name__}: {exc}"}
     return {**row, **figures(report), "error": ""}
 
 

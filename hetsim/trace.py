@@ -54,6 +54,21 @@ class TraceWriter:
         self.events.append({"ph": "C", "name": name, "pid": self._pid(process), "tid": 0,
                             "ts": t_s * 1e6, "args": values})
 
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> "TraceWriter":
+        """A trace read back (trace.json), its rows known again so that more can be added."""
+        trace = cls(doc.get("otherData", {}).get("kind", "prediction"))
+        trace.events = list(doc["traceEvents"])
+        names = {}
+        for e in trace.events:
+            if e.get("ph") == "M" and e.get("name") == "process_name":
+                names[e["pid"]] = e["args"]["name"]
+                trace._pids[e["args"]["name"]] = e["pid"]
+        for e in trace.events:
+            if e.get("ph") == "M" and e.get("name") == "thread_name":
+                trace._tids[names[e["pid"]], e["args"]["name"]] = e["tid"]
+        return trace
+
     def to_dict(self) -> dict[str, Any]:
         return {"traceEvents": self.events, "displayTimeUnit": "ms",
                 "otherData": {"producer": "hetsim", "kind": self.kind}}

@@ -3,9 +3,12 @@ converts only where people read or write numbers (reports, CLI options, file for
 
 import math
 
-__all__ = ["GIB", "in_units"]
+__all__ = ["GIB", "MAX_JITTER_CV", "in_units"]
 
 GIB = 1024**3                 # bytes in a GiB: GPU memory sizes and memory reports
+# The largest compute-jitter CV the API, `simulate`, `plan` and `sweep` take: far beyond any real
+# device's, and below where lognormal draws overflow a float.
+MAX_JITTER_CV = 10.0
 
 
 def in_units(value: float, scale: float) -> float:

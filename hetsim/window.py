@@ -22,6 +22,7 @@ reports every VW at the slowest VW's rate; `free_rate` keeps what the window mea
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from typing import Sequence
@@ -36,6 +37,7 @@ class SteadyWindow:
     spans: tuple[tuple[float, float, int], ...]     # per VW: (first, last completion, minibatches)
     locked: bool = False                            # WSP: long-run rates are the slowest VW's
     whole_run: tuple[int, ...] = ()                 # VWs with no whole wave inside, timed over their run
+    drain_counted: tuple[int, ...] = ()             # VWs whose final drain is counted: no wave to spare
 
     @property
     def duration(self) -> float:
@@ -84,6 +86,8 @@ def steady_window(completions: list[list[float]], warmup: int, origin: float = 0
     out where `counted` says so."""
     if not completions or any(len(times) <= warmup for times in completions):
         return None
+    drained = tuple(vw for vw, times in enumerate(completions)
+                    if drain and counted(len(times), warmup, drain) == len(times))
     completions = [times[:counted(len(times), warmup, drain)] for times in completions]
     start = max(times[warmup - 1] if warmup else origin for times in completions)
     end = min(times[-1] for times in completions)
@@ -97,11 +101,28 @@ def steady_window(completions: list[list[float]], warmup: int, origin: float = 0
         # its last completion inside the window, so that it is timed over whole waves.
         first = max(bisect_left(t, start), warmup)
         last = bisect_right(t, end) - 1
-        first += (last - first) % period
+        first += (last - first) % _whole(t[first:last + 1], period)
         if last <= first:
             # Nothing whole inside the window (a large staleness bound in a short run): time its
             # whole run after warm-up instead.
             first, last = warmup, len(t) - 1
             whole_run.append(vw)
         spans.append((t[first], t[last], last - first))
-    return SteadyWindow(start, end, tuple(spans), locked, tuple(whole_run))
+    return SteadyWindow(start, end, tuple(spans), locked, tuple(whole_run), drained)
+
+
+def _whole(t: Sequence[float], period: int) -> int:
+    """Completions per repeat of `t`'s pattern to time over: a wave of `period`, unless the gaps between
+    completions repeat exactly every q, a q that does not divide a wave (a HetPipe order can complete
+    in pairs with Nm = 3: timed over whole waves, its rate would carry the odd pair's gap), and then the
+    least common multiple of the two where it fits, else q. Measured completions never repeat exactly,
+    so a measurement keeps whole waves."""
+    gaps = [b - a for a, b in zip(t, t[1:])]
+    for q in range(1, len(gaps) // 2 + 1):
+        if all(math.isclose(g, gaps[i + q], rel_tol=1e-9, abs_tol=1e-12) for i, g in enumerate(gaps[:-q])):
+            if period % q == 0:
+                return period
+            both = math.lcm(period, q)
+            return both if both <= len(gaps) else q
+    return period
+

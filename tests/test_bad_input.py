@@ -207,7 +207,7 @@ SIMULATE_FLAGS = [
     ("--waves", "1"), ("--warmup-waves", "0"), ("--straggler", "1:1e6"), ("--straggler", "0.5:1e12"),
     ("--seed", str(2**64)), ("--jitter", "1"), ("--slowdown", "node0/gpu0=1.5"),
 ]
-SIMULATE_FILES = [("--cluster", "{tmp}/nope.yaml", "nope.yaml"), ("--cluster", "{tmp}", "Is a directory"),
+SIMULATE_FILES = [("--cluster", "{tmp}/nope.yaml", "nope.yaml"), ("--cluster", "{tmp}", "a folder, not a cluster file"),
                   ("--cluster", "no-such-cluster", "no-such-cluster"), ("--profile", "{tmp}/nope.yaml", "nope.yaml"),
                   ("--plan", "{tmp}/nope.json", "nope.json"), ("--plan", "{tmp}/cluster.yaml", "cluster.yaml")]
 PLAN_FLAGS = [

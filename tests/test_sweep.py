@@ -9,6 +9,7 @@ import pytest
 
 from hetsim.cli import main
 from hetsim.data import DEFAULT_CLUSTER, resolve
+from hetsim.errors import HetsimError
 from hetsim.plan import load_plan, save_plan
 from hetsim.report import Report
 from hetsim.sweep import FIGURES, figures, grid, parse_axes
@@ -97,6 +98,7 @@ def test_one_or_two_axes_are_plotted_and_three_are_not(tmp_path, capsys):
     ("speed=1,2", "--vary 'speed=1,2': unknown axis 'speed'"),
     ("nm=0,2", "axis nm: value '0': must be >= 1"),
     ("jitter=a", "axis jitter: value 'a': expected"),
+    ("jitter=0,1e308", "axis jitter: value '1e308': must be <= 10"),
     ("network.bandwidth_gbit_s=0", "axis network.bandwidth_gbit_s: value '0': must be finite and > 0"),
     ("seed=", "axis seed: expected comma-separated values"),
     ("slowdown.node9=2", "--vary slowdown.node9: cluster hetpipe_4node has no GPU or node 'node9'"),
@@ -163,3 +165,20 @@ def test_the_printed_table_keeps_distinct_axis_values_distinct():
     rows = [{"seed": s, "jitter": 0.02, "samples_per_s": 1.0, "error": ""} for s in (1234567, 1234568)]
     table = format_rows(rows, ["seed", "jitter"])
     assert "1234567" in table and "1234568" in table
+
+
+def test_a_figure_that_cannot_be_drawn_keeps_the_table_and_says_so(tmp_path, capsys, monkeypatch):
+    import hetsim.plots
+
+    def cannot(*args):                   # as matplotlib does for axis values it cannot lay out (1e308)
+        raise ValueError("arange: cannot compute length")
+    monkeypatch.setattr(hetsim.plots, "plot_sweep", cannot)
+    out = tmp_path / "sweep"
+    assert main(["sweep", *BASE, "--vary", "nm=2,4", "--out", str(out), "--quiet"]) == 0
+    assert "warning: sweep.png not drawn (arange: cannot compute length)" in capsys.readouterr().err
+    assert (out / "sweep.csv").is_file() and not (out / "sweep.png").exists()
+
+
+def test_axes_must_be_a_list_of_strings_not_one_string():
+    with pytest.raises(HetsimError, match="expected a list of 'NAME=V1,V2,...' strings"):
+        parse_axes("nm=2")

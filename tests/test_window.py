@@ -93,3 +93,19 @@ def test_a_run_too_short_for_a_whole_wave_in_its_window_says_its_rate_is_no_stea
     steady = hetsim.simulate(*args, waves=20, warmup_waves=2, jitter_cv=0.02, trace=False)
     assert any(n.startswith("window: ") and "not a steady-state rate" in n for n in short.notes)
     assert not any(n.startswith("window: ") for n in steady.notes)
+
+
+def test_completions_that_repeat_in_pairs_are_timed_over_whole_pairs_not_just_whole_waves():
+    # A HetPipe order with Nm = 3 can complete every 0.06 and 0.12 s in turn: over whole waves of 3
+    # alone, the span would hold one gap of a kind more than the other.
+    gaps = [0.06, 0.12] * 20
+    times = [sum(gaps[:k + 1]) for k in range(len(gaps))]
+    w = steady_window([times], warmup=3, period=3)
+    assert w.rate(0) == pytest.approx(2 / 0.18, rel=1e-12)
+    assert (w.spans[0][2] % 6) == 0
+
+
+def test_completions_that_never_repeat_exactly_keep_whole_waves():
+    times = [0.1 * k + (0.001 if k % 3 == 1 else 0.0) + 1e-6 * k * k for k in range(1, 40)]
+    w = steady_window([times], warmup=3, period=3)
+    assert w.spans[0][2] % 3 == 0

@@ -100,12 +100,18 @@ def existing_dir(text: str) -> Path:
     return path
 
 
-def check_output_dir(path: str | Path, flag: str, given: str | Path | None = None) -> None:
+def check_output_dir(path: str | Path, flag: str, given: str | Path | None = None,
+                     names: tuple[str, ...] = ()) -> None:
     """Refuse, before any work, an output folder that cannot be created or written to (`given`: what
-    the user named, if that was a file in it). Proven by doing: the missing folders are made and a
-    file written, then all of it is removed again."""
+    the user named, if that was a file in it), or where a folder takes one of the file `names` the
+    command will write. Proven by doing: the missing folders are made and a file written, then all of
+    it is removed again."""
     path = Path(path)
     flag = f"{flag} {given if given is not None else path}"
+    for name in names:
+        if (path / name).is_dir():
+            raise HetsimError(f"{flag}: {name} there is a folder, where this writes a file; move it or write "
+                              "elsewhere")
     created: list[Path] = []
     try:
         for folder in [*reversed(path.parents), path]:

@@ -10,6 +10,7 @@ from hetsim.cli.progress import add_quiet, progress_factory
 from hetsim.caveats import caveats
 from hetsim.errors import HetsimError
 from hetsim.memory import GIB
+from hetsim.units import MAX_JITTER_CV
 from hetsim.report_sections import staleness_bounds
 from hetsim.plan import ASYNC_SCHEDULES, OPTIMIZERS, PRECISIONS, SCHEDULES
 from hetsim.schedule.registry import FLUSH_SCHEDULES, schedule_kind
@@ -65,7 +66,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--margin", type=real(0, 1), default=0.1,
                    help="also simulate estimates within this fraction of the best (default 0.1)")
     p.add_argument("--waves", type=whole(1), default=12, help="waves per simulation (default 12)")
-    p.add_argument("--jitter", type=real(0, 10), default=DEFAULT_JITTER, metavar="CV",
+    p.add_argument("--jitter", type=real(0, MAX_JITTER_CV), default=DEFAULT_JITTER, metavar="CV",
                    help="lognormal compute jitter in the simulations (default %(default)s: without any, "
                    "identical VWs run in lockstep and contend for links at the same instants)")
     p.add_argument("--seed", type=whole(0), default=0, help="seed for the simulations (default 0)")

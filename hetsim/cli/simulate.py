@@ -15,7 +15,7 @@ from hetsim.errors import HetsimError, PlanError
 from hetsim.outputs import staged
 from hetsim.report import REPORT_FIGURES, REPORT_FILES, Report
 from hetsim.slowdown import gpu_factors
-from hetsim.units import GIB
+from hetsim.units import GIB, MAX_JITTER_CV
 
 __all__ = ["add_arguments", "add_input_arguments", "run", "format_report", "load_inputs", "parse_slowdowns",
            "parse_straggler", "warmup_waves_of", "in_plan_file"]
@@ -50,7 +50,7 @@ def add_input_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup-waves", type=whole(0), default=None,
                    help="waves left out of the steady-state window (default 2, or waves - 1 if fewer)")
     p.add_argument("--seed", type=whole(0), default=0, help="seed for jitter and stragglers (default 0)")
-    p.add_argument("--jitter", type=real(0, 10), default=DEFAULT_JITTER, metavar="CV",
+    p.add_argument("--jitter", type=real(0, MAX_JITTER_CV), default=DEFAULT_JITTER, metavar="CV",
                    help="lognormal compute jitter, coefficient of variation (default %(default)s, as hetsim plan: "
                    "with none, identical virtual workers run in lockstep and meet on every link at once)")
     p.add_argument("--slowdown", action="append", default=[], metavar="GPU=FACTOR",

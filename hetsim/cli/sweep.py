@@ -10,6 +10,7 @@ import argparse
 import csv
 import io
 import math
+import sys
 from pathlib import Path
 
 from hetsim.cli.arguments import check_output_dir, whole
@@ -74,7 +75,10 @@ def run(args: argparse.Namespace) -> int:
         written = [write_csv(rows, stage / "sweep.csv")]
         if 1 <= len(names) <= 2 and not args.no_plots:
             from hetsim.plots import plot_sweep
-            written.append(plot_sweep(rows, names, stage / "sweep.png"))
+            try:
+                written.append(plot_sweep(rows, names, stage / "sweep.png"))
+            except (ValueError, OverflowError) as exc:        # axis values matplotlib cannot lay out
+                print(f"warning: sweep.png not drawn ({exc}); sweep.csv holds every point", file=sys.stderr)
     paths = [Path(args.out) / p.name for p in written]
     print(format_rows(rows, names))
     failed = sum(1 for r in rows if r["error"])

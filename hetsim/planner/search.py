@@ -97,8 +97,14 @@ class SearchSpace:
             if name != "policies" and not all(isinstance(v, numbers.Integral) and not isinstance(v, bool)
                                               for v in values):
                 raise PlanError(f"search: {name}: expected whole numbers, got {list(values)}")
-        if not all(math.isfinite(v) for v in (self.margin, self.jitter_cv, self.bound_slack)) or self.workers < 0:
-            raise PlanError("search: margin, jitter_cv and bound_slack must be finite, workers >= 0")
+        for name in ("margin", "jitter_cv", "bound_slack"):
+            value = getattr(self, name)
+            if not isinstance(value, numbers.Real) or isinstance(value, bool) or not math.isfinite(value):
+                raise PlanError(f"search: {name}: expected a finite number, got {value!r}")
+        for name in ("top_k", "keep", "sim_max_gpus", "waves", "warmup_waves", "seed", "workers"):
+            value = getattr(self, name)
+            if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 0:
+                raise PlanError(f"search: {name}: expected a whole number >= 0, got {value!r}")
         for p in self.policies:
             if p not in POLICY_CHOICES:
                 raise PlanError(f"policy {p!r}: choose from {', '.join(POLICY_CHOICES)}")

@@ -26,6 +26,7 @@ from hetsim.sim.wsp import WaveSync
 from hetsim.report import Report
 from hetsim.report_sections import drain_minibatches
 from hetsim.trace import TraceWriter
+from hetsim.units import MAX_JITTER_CV
 
 __all__ = ["SimOptions", "run_simulation", "check_length", "MAX_STAGE_MINIBATCHES"]
 
@@ -59,10 +60,12 @@ class SimOptions:
         if not 0 <= self.warmup_waves < self.waves:
             raise HetsimError(f"warmup_waves: must be in [0, waves), got {self.warmup_waves} "
                               f"with waves={self.waves}")
-        if not 0 <= self.jitter_cv < math.inf:
-            raise HetsimError(f"jitter_cv: must be finite and >= 0, got {self.jitter_cv}")
-        if not (0 <= self.straggler_prob <= 1 and 0 <= self.straggler_delay_s < math.inf):
-            raise HetsimError("straggler_prob must be in [0, 1] and straggler_delay_s finite and >= 0")
+        if not 0 <= self.jitter_cv <= MAX_JITTER_CV:
+            raise HetsimError(f"jitter_cv: must be in [0, {MAX_JITTER_CV:g}], got {self.jitter_cv}")
+        if not 0 <= self.straggler_prob <= 1:
+            raise HetsimError(f"straggler_prob: must be in [0, 1], got {self.straggler_prob}")
+        if not 0 <= self.straggler_delay_s < math.inf:
+            raise HetsimError(f"straggler_delay_s: must be finite and >= 0, got {self.straggler_delay_s}")
         for gpu, factor in self.slowdown.items():
             if not 0 < factor < math.inf:
                 raise HetsimError(f"slowdown[{gpu}]: must be finite and > 0, got {factor}")

@@ -277,6 +277,25 @@ def test_a_fresh_run_refuses_a_directory_holding_an_earlier_runs_checkpoints(tmp
     assert sorted(p.name for p in tmp_path.glob("*.pt")) == before            # nothing written is lost
 
 
+def test_a_resume_with_nothing_left_to_run_is_refused_once_before_any_rank_starts(tmp_path):
+    plan = mlp_plan([[0, 4, 9]], nm=2, schedule="1f1b-flush")
+    run(plan, waves=3, checkpoint_dir=str(tmp_path))
+    with pytest.raises(HetsimError) as info:
+        run(plan, waves=3, checkpoint_dir=str(tmp_path), resume=True)
+    assert str(info.value).startswith("resume: checkpoints reach wave 2") and "\n" not in str(info.value)
+
+
+def test_a_checkpoint_folder_that_is_a_file_is_one_line(tmp_path):
+    (tmp_path / "ck").write_text("")
+    with pytest.raises(HetsimError, match=r"^checkpoint_dir: .*ck is a file, not a folder$"):
+        run(mlp_plan([[0, 4, 9]], nm=2, schedule="1f1b-flush"), waves=3, checkpoint_dir=str(tmp_path / "ck"))
+
+
+def test_a_fault_for_a_rank_the_run_does_not_have_is_refused_before_any_rank_starts():
+    with pytest.raises(HetsimError, match=r"^fault '9:F1:die': this run has ranks 0\.\.1$"):
+        run(mlp_plan([[0, 4, 9]], nm=2, schedule="1f1b"), waves=3, fault="9:F1:die")
+
+
 # ---- the error survives torchrun -------------------------------------------------------------------
 
 def test_a_ranks_error_reaches_torchruns_failure_summary(tmp_path):

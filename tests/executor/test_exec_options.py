@@ -28,6 +28,13 @@ PLAN = str(Path(__file__).resolve().parents[2] / "experiments" / "validation" / 
     ({"threads": 2.5}, "threads must be a whole number"),
     ({"slowdown": None}, "slowdown must be a mapping"),
     ({"slowdown": {"host/gpu1": math.inf}}, "slowdown[host/gpu1]: an emulated slowdown must be finite and >= 1"),
+    ({"slowdown": {"host/gpu1": "2"}}, "slowdown[host/gpu1]: expected a number, got '2'"),
+    ({"seed": 2**64}, "seed: expected a whole number in [0, 2**63)"),
+    ({"seed": "x"}, "seed: expected a whole number"),
+    ({"lr": "0.1"}, "lr: expected a number, got '0.1'"),
+    ({"timeout_s": "5"}, "timeout_s: expected a number"),
+    ({"checkpoint_dir": 5}, "checkpoint_dir: expected a folder path, got 5"),
+    ({"fault": "1:ZZ:die"}, "fault '1:ZZ:die': not an action"),
 ])
 def test_bad_options_are_refused_naming_them(options, message):
     with pytest.raises(HetsimError) as err:
@@ -136,3 +143,25 @@ def test_a_profile_of_another_model_or_without_the_plans_gpu_types_is_refused_be
     with pytest.raises(HetsimError, match="no layer times for GPU type 'cpu'"):
         make_job(plan, "cpu_host", profile=mlp(n, types=("v100",)))
     assert make_job(plan, "cpu_host", profile=mlp(n)).profile.n_layers == n
+
+
+def test_an_output_folder_whose_report_file_names_are_folders_is_refused_before_the_run(tmp_path):
+    (tmp_path / "out" / "trace.json").mkdir(parents=True)
+    with pytest.raises(HetsimError, match=r"^out .*out: trace.json there is a folder"):
+        executor.launch(PLAN, "cpu_host", out=tmp_path / "out")
+
+
+def test_the_layout_is_counted_without_allocating_the_models_weights():
+    from executor.launch import layout_of
+    # 200,000 hidden units: 160 GB of weights in FP32, which counting the ranks must not allocate.
+    job = make_job(PLAN, "cpu_host", model_kwargs={"hidden": 200_000})
+    assert layout_of(job).world_size == 5
+
+
+def test_a_seed_beyond_the_data_generators_own_range_still_makes_data():
+    from executor.data import SyntheticData
+    from modelzoo.tasks import task_of
+    import modelzoo
+    model, example = modelzoo.build("mlp", batch=1)
+    data = SyntheticData(task=task_of(model, example), mode="teacher", seed=2**63 - 1, batch=4)
+    assert data.inputs(1, 3).shape[0] == 4
