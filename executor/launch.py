@@ -154,6 +154,7 @@ def rank_main(rank: int, world_size: int, job: Job, init_method: str, records_pa
 
 
 def _child(rank: int, world_size: int, job: Job, init_method: str, tmp: str) -> None:
+    (Path(tmp) / f"started{rank}").touch()  # got past importing the parent's script (see _wait)
     die_with_parent()
     error_path = Path(tmp) / f"error{rank}.txt"
     for name in ("LOCAL_RANK", "LOCAL_WORLD_SIZE"):    # a torchrun parent's: these ranks are ours
@@ -257,7 +258,7 @@ def _wait(procs, layout: RankLayout, tmp: Path, timeout_s: float) -> None:
             lines.append(path.read_text().strip())
         else:
             lines.append(f"{layout.describe(r)}: exited with code {procs[r].exitcode} and no message (died)")
-    if all(not (tmp / f"error{r}.txt").exists() and r not in stuck for r in range(len(procs))):
+    if not any((tmp / f"started{r}").exists() for r in range(len(procs))):
         # Spawned ranks import the launching script first: unguarded, it launches again and they die.
         lines.append("no rank got as far as its first line: if a script calls executor.launch, call it under "
                      "`if __name__ == \"__main__\":` (each rank imports the script)")

@@ -269,8 +269,7 @@ class StageRank:
 
     def push(self, wave: int) -> None:
         t0 = time.perf_counter()
-        # Wave 0 runs on the initial weights; a wave pulled before a resume, on the last pulled.
-        version = self._pulled.pop(wave, self.wsp.version if wave else 0)
+        version = self._pulled.pop(wave, 0)            # wave 0 runs on the initial weights, clock 0
         self.rec.staleness_global.append((self.vw, self.stage, wave, version, wave - version))
         self.wsp.push(wave)
         self.rec.span(f"push {wave}", "sync", t0, time.perf_counter())

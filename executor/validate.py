@@ -257,14 +257,15 @@ def validate_plan(plan: Plan, *, model: str | None = None, model_kwargs: dict | 
     return prediction, measurement
 
 
-def fits_host(plan: Plan, cluster: Cluster, profile: ModelProfile, memories: int | None) -> None:
+def fits_host(plan: Plan, cluster: Cluster, profile: ModelProfile, memories: int | None,
+              slowdown: dict[str, float] | None = None) -> None:
     """Before the run, the plan's predicted memory on this host: each rank within its device's
     (hetsim.feasibility.check_plan, naming the stage), and, where ranks share a memory, each memory's
     ranks within it together: `memories` of them, rank i (host/gpu<i>) on memory i mod `memories`
     (`shared_memories`); None where each rank has its own. What the check cannot see (parameter-server
     and scheduler processes, CUDA ranks' host memory) may still run short."""
     from hetsim.feasibility import check_plan
-    memory = check_plan(plan, cluster, profile)
+    memory = check_plan(plan, cluster, profile, slowdown)      # of the order the run follows
     if not memories:
         return
     device_type = cluster.gpus[0].type
@@ -308,9 +309,10 @@ def _checked_onto_host(plan: Plan, model: str | None, model_kwargs: dict | None,
     if unknown:
         raise HetsimError(f"--slowdown {unknown[0]}: the plan has no GPU of that name; it uses {', '.join(names)}")
     model = model or plan.model
+    slowdown = {names.get(g, g): f for g, f in (slowdown or {}).items()}
     with _in_plan_names(names):
-        _fits_before_measuring(plan, model, model_kwargs or {}, device)
-    return plan, model, {names.get(g, g): f for g, f in (slowdown or {}).items()}, names
+        _fits_before_measuring(plan, model, model_kwargs or {}, device, slowdown)
+    return plan, model, slowdown, names
 
 
 @contextlib.contextmanager
@@ -324,10 +326,11 @@ def _in_plan_names(names: dict[str, str]):
         raise PlanError(re.sub(r"(?<![\w/])host/gpu\d+\b", lambda m: ours.get(m[0], m[0]), str(exc))) from None
 
 
-def _fits_before_measuring(plan: Plan, model: str, model_kwargs: dict, device: str) -> None:
+def _fits_before_measuring(plan: Plan, model: str, model_kwargs: dict, device: str,
+                           slowdown: dict[str, float]) -> None:
     """fits_host from the model's counted bytes alone, before any profile or probe (which a model too
     big for the host could exhaust too). Times, which only shape a hetpipe order, are nominal: each
-    layer's FLOPs at the device type's peak."""
+    layer's FLOPs at the device type's peak, times the run's `slowdown` of its GPU."""
     from executor.placement import gpu_count
     device_type = cpu_type() if device == "cpu" else cuda_type(device)
     rate, key = device_type.peak_fp32_flops, device_type.name
@@ -336,7 +339,7 @@ def _fits_before_measuring(plan: Plan, model: str, model_kwargs: dict, device: s
                                             for l in counted.layers))
     ranks = len(dict.fromkeys(plan.gpus))
     fits_host(plan, host_cluster(ranks, None, 1e9, 0.0, device_type=device_type), profile,
-              shared_memories(device, ranks, gpu_count()))
+              shared_memories(device, ranks, gpu_count()), slowdown)
 
 
 def _annotate(training: dict, plan: Plan, cluster, profile: ModelProfile, measurement, device: str) -> None:

@@ -48,7 +48,8 @@ def simulate(cluster: Cluster | str | Path = DEFAULT_CLUSTER,
         raise HetsimError(f"slowdown: expected a mapping of GPU or node names to factors, got {slowdown!r}")
     from hetsim.slowdown import gpu_factors
     if warmup_waves is None and isinstance(waves, int) and not isinstance(waves, bool):
-        warmup_waves = max(0, min(2, waves - 1))
+        from hetsim.window import default_warmup_waves
+        warmup_waves = default_warmup_waves(waves)
     options = SimOptions(waves=waves, warmup_waves=warmup_waves, seed=seed, jitter_cv=jitter_cv,
                          slowdown=gpu_factors(cluster, slowdown or {}, "slowdown"), straggler_prob=straggler_prob,
                          straggler_delay_s=straggler_delay_s, trace=trace)

@@ -129,11 +129,17 @@ class Report:
             raise HetsimError(f"report {path}: not JSON ({exc})") from None
         except (KeyError, TypeError, AttributeError) as exc:
             raise HetsimError(f"report {path}: not a hetsim report.json ({type(exc).__name__}: {exc})") from None
-        report.staleness_local = _records(path.parent / "staleness_local.csv", (int, int, int, int))
-        report.staleness_global = _records(path.parent / "staleness_global.csv", (int, int, int, int, int))
-        report.losses = _records(path.parent / "loss.csv", (int, int, float, float))
-        if (path.parent / "trace.json").is_file():
-            report.trace = TraceWriter.from_dict(json.loads((path.parent / "trace.json").read_text()))
+        if path.name != "report.json":     # CSVs beside another name may be another report's
+            return report
+        report.staleness_local = _records(path.parent / "staleness_local.csv", STALENESS_LOCAL_COLUMNS, int)
+        report.staleness_global = _records(path.parent / "staleness_global.csv", STALENESS_GLOBAL_COLUMNS, int)
+        report.losses = _records(path.parent / "loss.csv", LOSS_COLUMNS, int, int, float, float)
+        trace = path.parent / "trace.json"
+        if trace.is_file():
+            try:
+                report.trace = TraceWriter.from_dict(json.loads(trace.read_text()))
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                raise HetsimError(f"report {trace}: not a trace hetsim wrote ({type(exc).__name__}: {exc})") from None
         return report
 
     def tables(self) -> dict[str, "Any"]:
@@ -172,16 +178,20 @@ class Report:
         return paths
 
 
-def _records(path: Path, types: tuple) -> list[tuple]:
-    """The rows of one of `write`'s CSVs beside a report.json, typed; none where it is absent."""
+def _records(path: Path, columns: tuple[str, ...], *types) -> list[tuple]:
+    """The rows of one of `write`'s CSVs beside a report.json, typed (`types` per column, the last one
+    repeated); none where it is absent."""
     if not path.is_file():
         return []
     import csv
-    with path.open(newline="") as f:
-        rows = list(csv.reader(f))[1:]
+    types = types + (types[-1],) * (len(columns) - len(types))
     try:
+        with path.open(newline="") as f:
+            header, *rows = list(csv.reader(f)) or [[]]
+        if tuple(header) != columns:
+            raise ValueError(f"columns {header}, expected {list(columns)}")
         return [tuple(t(v) for t, v in zip(types, row, strict=True)) for row in rows]
-    except ValueError as exc:
+    except (OSError, ValueError, csv.Error) as exc:
         raise HetsimError(f"report {path}: not the table a report writes ({exc})") from None
 
 

@@ -54,7 +54,7 @@ def window_notes(plan: Plan, window: SteadyWindow) -> list[str]:
     if window.drain_counted:
         names = ", ".join(plan.virtual_workers[i].name for i in window.drain_counted)
         notes.append(f"window: the final drain of {names} is counted (no wave to spare after warm-up), which runs "
-                     f"faster than steady state: simulate at least warm-up + 2 waves")
+                     f"faster than steady state: give at least warm-up + 2 waves")
     return notes
 
 

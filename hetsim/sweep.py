@@ -23,6 +23,7 @@ from hetsim.profile import ModelProfile
 from hetsim.report import Report
 from hetsim.slowdown import gpu_factors
 from hetsim.units import GIB, MAX_JITTER_CV
+from hetsim.window import default_warmup_waves
 
 __all__ = ["Axis", "SweepBase", "AXES", "FIGURES", "parse_axes", "check_axes", "grid", "run_point", "figures"]
 
@@ -175,7 +176,7 @@ def _apply(base: SweepBase, point: Mapping[str, Any]):
         network = replace(network, latency_s=point["network.latency_us"] * 1e-6)
     cluster = replace(cluster, network=network)
     waves = point.get("waves", base.waves)
-    warmup = base.warmup_waves if base.warmup_waves is not None else min(2, waves - 1)
+    warmup = base.warmup_waves if base.warmup_waves is not None else default_warmup_waves(waves)
     named = {**base.slowdown, **{k.removeprefix("slowdown."): v for k, v in point.items() if k.startswith("slowdown.")}}
     options = SimOptions(waves=waves, warmup_waves=warmup, seed=point.get("seed", base.seed),
                          jitter_cv=point.get("jitter", base.jitter_cv), slowdown=gpu_factors(cluster, named),

@@ -7,9 +7,10 @@ last wave's completions come without the forwards that interleave them in steady
 only finishes backward passes), faster than steady state, so that wave is not counted (`drain`) where
 the run has a wave to spare after its warm-up. Flush schedules drain in every wave alike.
 
-Each VW's rate is timed from completion to completion over whole waves inside the window, so periodic
-behaviour (a VW that completes in bursts, or at another phase than the others, as under BSP) is
-measured exactly, and a VW that finished warming up early and then waited for a late one (processes
+Each VW's rate is timed from completion to completion over whole waves inside the window (or whole
+repeats of its completions, where a simulated order repeats exactly every q minibatches and q does
+not divide a wave), so periodic behaviour (a VW that completes in bursts, or at another phase than
+the others, as under BSP) is measured exactly, and a VW that finished warming up early and then waited for a late one (processes
 start at different times) is not timed over that wait. A run's tail, after the first VW has finished and
 left the cores and links to the others (up to D waves of it under WSP), is not steady state and
 would flatter the slower VWs of short runs, so it is left out.
@@ -27,7 +28,12 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from typing import Sequence
 
-__all__ = ["SteadyWindow", "steady_window", "window_opens", "window_closes", "counted"]
+__all__ = ["SteadyWindow", "steady_window", "window_opens", "window_closes", "counted", "default_warmup_waves"]
+
+
+def default_warmup_waves(waves: int) -> int:
+    """Warm-up waves left out when none are given: 2, or all but the last of a shorter run."""
+    return max(0, min(2, waves - 1))
 
 
 @dataclass(frozen=True)
@@ -113,16 +119,18 @@ def steady_window(completions: list[list[float]], warmup: int, origin: float = 0
 
 def _whole(t: Sequence[float], period: int) -> int:
     """Completions per repeat of `t`'s pattern to time over: a wave of `period`, unless the gaps between
-    completions repeat exactly every q, a q that does not divide a wave (a HetPipe order can complete
-    in pairs with Nm = 3: timed over whole waves, its rate would carry the odd pair's gap), and then the
-    least common multiple of the two where it fits, else q. Measured completions never repeat exactly,
-    so a measurement keeps whole waves."""
-    gaps = [b - a for a, b in zip(t, t[1:])]
-    for q in range(1, len(gaps) // 2 + 1):
-        if all(math.isclose(g, gaps[i + q], rel_tol=1e-9, abs_tol=1e-12) for i, g in enumerate(gaps[:-q])):
+    completions repeat exactly every q (up to two waves), a q that does not divide a wave (a HetPipe
+    order can complete in pairs with Nm = 3: timed over whole waves, its rate would carry the odd
+    pair's gap), and then the least common multiple of the two where it fits, else q. The repeat is
+    looked for in the last eight waves only, so that a long run costs no more than a short one.
+    Measured completions never repeat exactly, so a measurement keeps whole waves."""
+    tail = t[-(8 * period + 1):]
+    gaps = [b - a for a, b in zip(tail, tail[1:])]
+    for q in range(1, min(2 * period, len(gaps) // 2) + 1):
+        if all(math.isclose(gaps[i], gaps[i + q], rel_tol=1e-9, abs_tol=1e-12) for i in range(len(gaps) - q)):
             if period % q == 0:
                 return period
             both = math.lcm(period, q)
-            return both if both <= len(gaps) else q
+            return both if both < len(t) else q
     return period
 

@@ -77,3 +77,17 @@ def test_reports_of_different_plans_are_not_compared():
 def test_figures_are_drawn_into_a_folder_made_for_them(tmp_path):
     paths = plot_report(hetsim.simulate(**ARGS), tmp_path / "new" / "figures")
     assert paths and all(p.is_file() for p in paths)
+
+
+def test_only_report_json_takes_the_tables_beside_it_and_a_bad_trace_is_one_line(tmp_path):
+    report = hetsim.simulate(**ARGS)
+    report.write(tmp_path)
+    (tmp_path / "prediction.json").write_text(report.to_json())       # validate-style names share a folder
+    assert Report.load(tmp_path / "prediction.json").staleness_global == []
+    (tmp_path / "trace.json").write_text("{")
+    with pytest.raises(HetsimError, match=r"trace.json: not a trace hetsim wrote"):
+        Report.load(tmp_path / "report.json")
+    (tmp_path / "trace.json").unlink()
+    (tmp_path / "staleness_local.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(HetsimError, match=r"staleness_local.csv: not the table a report writes"):
+        Report.load(tmp_path / "report.json")

@@ -11,6 +11,7 @@ from hetsim.caveats import caveats
 from hetsim.errors import HetsimError
 from hetsim.memory import GIB
 from hetsim.units import MAX_JITTER_CV
+from hetsim.window import default_warmup_waves
 from hetsim.report_sections import staleness_bounds
 from hetsim.plan import ASYNC_SCHEDULES, OPTIMIZERS, PRECISIONS, SCHEDULES
 from hetsim.schedule.registry import FLUSH_SCHEDULES, schedule_kind
@@ -154,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
                         optimizer=args.optimizer, recompute=args.recompute,
                         top_k=args.top if args.cost_model == "hetsim" else 1,
                         margin=args.margin if args.cost_model == "hetsim" else 0.0, waves=args.waves,
-                        warmup_waves=min(2, args.waves - 1), jitter_cv=args.jitter, seed=args.seed,
+                        warmup_waves=default_warmup_waves(args.waves), jitter_cv=args.jitter, seed=args.seed,
                         workers=args.jobs or 0, scheduler=args.scheduler)
     if args.out:
         check_output_file(args.out, "--out")
@@ -201,7 +202,7 @@ def _simulate_command(args: argparse.Namespace) -> str:
     words = ["hetsim", "simulate", "--cluster", args.cluster, "--profile", args.model, "--plan", args.out]
     words += ["--graph-gpu", args.graph_gpu] if args.graph_gpu != "reference" else []     # a graph.txt's
     words += ["--graph-batch", str(args.graph_batch)] if args.graph_batch else []
-    words += ["--waves", str(args.waves), "--warmup-waves", str(min(2, args.waves - 1)), "--jitter", f"{args.jitter:g}",
+    words += ["--waves", str(args.waves), "--warmup-waves", str(default_warmup_waves(args.waves)), "--jitter", f"{args.jitter:g}",
               "--seed", str(args.seed)]
     words += [w for item in args.slowdown for w in ("--slowdown", item)]
     words += ["--target-loss", f"{args.target_loss:g}"] if args.target_loss is not None else []

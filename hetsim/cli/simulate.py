@@ -16,6 +16,7 @@ from hetsim.outputs import staged
 from hetsim.report import REPORT_FIGURES, REPORT_FILES, Report
 from hetsim.slowdown import gpu_factors
 from hetsim.units import GIB, MAX_JITTER_CV
+from hetsim.window import default_warmup_waves
 
 __all__ = ["add_arguments", "add_input_arguments", "run", "format_report", "load_inputs", "parse_slowdowns",
            "parse_straggler", "warmup_waves_of", "in_plan_file"]
@@ -88,7 +89,7 @@ def parse_straggler(text: str | None) -> tuple[float, float]:
 
 def warmup_waves_of(args: argparse.Namespace) -> int:
     if args.warmup_waves is None:
-        return min(2, args.waves - 1)
+        return default_warmup_waves(args.waves)
     if args.warmup_waves >= args.waves:
         raise HetsimError(f"--warmup-waves {args.warmup_waves}: must be less than --waves ({args.waves}), "
                           "so that some waves are measured")

@@ -78,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
             try:
                 written.append(plot_sweep(rows, names, stage / "sweep.png"))
             except (ValueError, OverflowError) as exc:        # axis values matplotlib cannot lay out
+                (stage / "sweep.png").unlink(missing_ok=True)    # a half-drawn figure stays out
                 print(f"warning: sweep.png not drawn ({exc}); sweep.csv holds every point", file=sys.stderr)
     paths = [Path(args.out) / p.name for p in written]
     print(format_rows(rows, names))

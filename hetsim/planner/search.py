@@ -40,6 +40,7 @@ from hetsim.planner.tp_groups import tp_view
 from hetsim.profile import ModelProfile, tp_divides
 from hetsim.schedule.registry import schedule_kind
 from hetsim.topology import Topology
+from hetsim.units import MAX_JITTER_CV
 
 __all__ = ["SearchSpace", "Candidate", "SearchResult", "search_plans", "POLICY_CHOICES", "SIM_MAX_GPUS"]
 
@@ -105,6 +106,11 @@ class SearchSpace:
             value = getattr(self, name)
             if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 0:
                 raise PlanError(f"search: {name}: expected a whole number >= 0, got {value!r}")
+        if not 0 <= self.jitter_cv <= MAX_JITTER_CV:
+            raise PlanError(f"search: jitter_cv: must be in [0, {MAX_JITTER_CV:g}], got {self.jitter_cv}")
+        if not 0 <= self.warmup_waves < self.waves:
+            raise PlanError(f"search: waves {self.waves}, warmup_waves {self.warmup_waves}: need warmup_waves < waves, "
+                            "so that some waves are timed")
         for p in self.policies:
             if p not in POLICY_CHOICES:
                 raise PlanError(f"policy {p!r}: choose from {', '.join(POLICY_CHOICES)}")

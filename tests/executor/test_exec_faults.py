@@ -296,6 +296,16 @@ def test_a_fault_for_a_rank_the_run_does_not_have_is_refused_before_any_rank_sta
         run(mlp_plan([[0, 4, 9]], nm=2, schedule="1f1b"), waves=3, fault="9:F1:die")
 
 
+def test_a_script_that_launches_without_the_main_guard_is_told_so(tmp_path):
+    plan = tmp_path / "plan.json"
+    plan.write_text(mlp_plan([[0, 4, 9]], nm=2, schedule="1f1b").to_json())
+    script = tmp_path / "unguarded.py"
+    script.write_text(f"import executor\nexecutor.launch({str(plan)!r}, 'cpu_host', "
+                      "options=executor.ExecOptions(waves=2, timeout_s=20))\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and 'if __name__ == "__main__":' in done.stderr
+
+
 # ---- the error survives torchrun -------------------------------------------------------------------
 
 def test_a_ranks_error_reaches_torchruns_failure_summary(tmp_path):

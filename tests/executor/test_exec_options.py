@@ -151,11 +151,15 @@ def test_an_output_folder_whose_report_file_names_are_folders_is_refused_before_
         executor.launch(PLAN, "cpu_host", out=tmp_path / "out")
 
 
-def test_the_layout_is_counted_without_allocating_the_models_weights():
-    from executor.launch import layout_of
-    # 200,000 hidden units: 160 GB of weights in FP32, which counting the ranks must not allocate.
-    job = make_job(PLAN, "cpu_host", model_kwargs={"hidden": 200_000})
-    assert layout_of(job).world_size == 5
+def test_the_layout_is_counted_without_allocating_the_models_weights(monkeypatch):
+    import importlib
+    import modelzoo
+    launch = importlib.import_module("executor.launch")      # the module; executor.launch is its function
+    job = make_job(PLAN, "cpu_host", model_kwargs={"hidden": 200_000})     # 160 GB of FP32 weights
+    devices, build = [], modelzoo.build
+    monkeypatch.setattr(launch.modelzoo, "build",
+                        lambda *a, **k: devices.append(k.get("device")) or build(*a, **k))
+    assert launch.layout_of(job).world_size == 5 and devices == ["meta"]
 
 
 def test_a_seed_beyond_the_data_generators_own_range_still_makes_data():
