@@ -10,8 +10,8 @@ the run has a wave to spare after its warm-up. Flush schedules drain in every wa
 Each VW's rate is timed from completion to completion over whole waves inside the window (or whole
 repeats of its completions, where a simulated order repeats exactly every q minibatches and q does
 not divide a wave), so periodic behaviour (a VW that completes in bursts, or at another phase than
-the others, as under BSP) is measured exactly, and a VW that finished warming up early and then waited for a late one (processes
-start at different times) is not timed over that wait. A run's tail, after the first VW has finished and
+the others, as under BSP) is measured exactly, and a VW that finished warming up early and then
+waited for a late one (processes start at different times) is not timed over that wait. A run's tail, after the first VW has finished and
 left the cores and links to the others (up to D waves of it under WSP), is not steady state and
 would flatter the slower VWs of short runs, so it is left out.
 
