@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import json
+import numbers
 import re
 from pathlib import Path
 from typing import Any, Iterable
@@ -16,12 +17,22 @@ import yaml
 
 from hetsim.errors import SpecError
 
-__all__ = ["Fields", "read_document", "read_text", "parse_document", "dump_yaml", "LARGEST"]
+__all__ = ["Fields", "read_document", "read_text", "parse_document", "dump_yaml", "is_real", "is_whole", "LARGEST"]
 
 _MISSING = object()
 # No count of bytes, FLOPs, seconds or GB/s in these files comes near this: a larger number is a typo,
 # and would overflow floats once converted to SI units and summed.
 LARGEST = 1e30
+
+
+def is_real(value: Any) -> bool:
+    """A number given in Python (a bool is not one, though Python counts it as an int)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def is_whole(value: Any) -> bool:
+    """A whole number given in Python (not a bool, nor a float that happens to be whole)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def read_document(path: str | Path) -> Any:

@@ -15,7 +15,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from hetsim.errors import SpecError
-from hetsim.fields import LARGEST, read_text
+from hetsim.fields import LARGEST, is_whole, read_text
 from hetsim.outputs import write_text
 from hetsim.profile import LayerProfile, ModelProfile, first_apart
 
@@ -37,7 +37,7 @@ def parse_graph(text: str, *, source_name: str, gpu_type: str = "reference",
                 batch_size: int | None = None, model: str = "model") -> ModelProfile:
     if not isinstance(gpu_type, str) or not gpu_type:
         raise SpecError(f"{source_name}: gpu_type (--graph-gpu): expected a GPU type name, got {gpu_type!r}")
-    if batch_size is not None and (not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1):
+    if batch_size is not None and (not is_whole(batch_size) or batch_size < 1):
         raise SpecError(f"{source_name}: batch_size (--graph-batch): expected a whole number >= 1, got {batch_size!r}")
     nodes: dict[str, tuple[str, dict[str, float]]] = {}
     edges: list[tuple[str, str]] = []

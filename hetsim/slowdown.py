@@ -8,12 +8,12 @@ layer times are the original ones times the factor, so the search sees it as the
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import replace
 from typing import Mapping
 
 from hetsim.cluster import Cluster
 from hetsim.errors import HetsimError
+from hetsim.fields import is_real
 from hetsim.profile import LayerProfile, ModelProfile
 
 __all__ = ["gpu_factors", "slowed_types"]
@@ -25,7 +25,7 @@ def gpu_factors(cluster: Cluster, named: Mapping[str, float], flag: str = "--slo
     nodes = {n.name: n for n in cluster.nodes}
     out: dict[str, float] = {}
     for name, factor in named.items():
-        if not isinstance(factor, numbers.Real) or isinstance(factor, bool):
+        if not is_real(factor):
             raise HetsimError(f"{flag} {name!r}: expected a number as its factor, got {factor!r}")
         if name in nodes:
             for slot in nodes[name].gpus:

@@ -18,7 +18,6 @@ are ranked by the estimate. Candidates that cannot run keep the reason.
 from __future__ import annotations
 
 import math
-import numbers
 from collections import Counter
 
 from contextlib import nullcontext
@@ -28,6 +27,7 @@ from typing import Callable
 from hetsim.cluster import Cluster
 from hetsim.convergence import Dynamics, dynamics_of, vw_busy
 from hetsim.errors import HetsimError, NoSteadyStateError, PlanError
+from hetsim.fields import is_real, is_whole
 from hetsim.feasibility import check_plan
 from hetsim.memory import MemorySettings
 from hetsim.plan import OPTIMIZERS, PRECISIONS, Plan, StageSpec, SyncSpec, VirtualWorker
@@ -95,17 +95,18 @@ class SearchSpace:
             values = getattr(self, name)
             if isinstance(values, str) or not isinstance(values, (tuple, list)):
                 raise PlanError(f"search: {name}: expected a tuple of values, got {values!r}")
-            if name != "policies" and not all(isinstance(v, numbers.Integral) and not isinstance(v, bool)
-                                              for v in values):
+            if name != "policies" and not all(is_whole(v) for v in values):
                 raise PlanError(f"search: {name}: expected whole numbers, got {list(values)}")
         for name in ("margin", "jitter_cv", "bound_slack"):
             value = getattr(self, name)
-            if not isinstance(value, numbers.Real) or isinstance(value, bool) or not math.isfinite(value):
+            if not is_real(value) or not math.isfinite(value):
                 raise PlanError(f"search: {name}: expected a finite number, got {value!r}")
         for name in ("top_k", "keep", "sim_max_gpus", "waves", "warmup_waves", "seed", "workers"):
             value = getattr(self, name)
-            if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 0:
+            if not is_whole(value) or value < 0:
                 raise PlanError(f"search: {name}: expected a whole number >= 0, got {value!r}")
+        # SimOptions' own rules, checked here too: the planner does not load the simulator (simpy) to
+        # build its space, and a bad value should stop the search before any simulation is fanned out.
         if not 0 <= self.jitter_cv <= MAX_JITTER_CV:
             raise PlanError(f"search: jitter_cv: must be in [0, {MAX_JITTER_CV:g}], got {self.jitter_cv}")
         if not 0 <= self.warmup_waves < self.waves:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from hetsim.cluster import Cluster
 from hetsim.errors import HetsimError, SimulationError
+from hetsim.fields import is_real, is_whole
 from hetsim.feasibility import check_plan, vw_schedule
 from hetsim.parameter_servers import ps_shards
 from hetsim.plan import Plan
@@ -47,13 +47,13 @@ class SimOptions:
     def __post_init__(self):
         for name in ("waves", "warmup_waves", "seed"):
             value = getattr(self, name)
-            if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 0:
+            if not is_whole(value) or value < 0:
                 raise HetsimError(f"{name}: expected a whole number >= 0, got {value!r}")
         for name in ("jitter_cv", "straggler_prob", "straggler_delay_s"):
-            if not _is_number(getattr(self, name)):
+            if not is_real(getattr(self, name)):
                 raise HetsimError(f"{name}: expected a number, got {getattr(self, name)!r}")
         if not isinstance(self.slowdown, dict) or not all(
-                isinstance(g, str) and _is_number(f) for g, f in self.slowdown.items()):
+                isinstance(g, str) and is_real(f) for g, f in self.slowdown.items()):
             raise HetsimError(f"slowdown: expected a mapping of GPU or node names to factors, got {self.slowdown!r}")
         if self.waves < 1:
             raise HetsimError(f"waves: must be >= 1, got {self.waves}")
@@ -69,10 +69,6 @@ class SimOptions:
         for gpu, factor in self.slowdown.items():
             if not 0 < factor < math.inf:
                 raise HetsimError(f"slowdown[{gpu}]: must be finite and > 0, got {factor}")
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 # Stage-minibatches (waves x Nm x the stages of every virtual worker) a run may simulate: about a
