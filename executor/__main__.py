@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         job = make_job(args.plan, args.cluster, args.model, profile=args.profile, options=options_from_args(args),
                        model_kwargs=model_kwargs(args.model_arg))
         layout = layout_of(job)
-        check_fault(job.options, layout)
+        check_fault(job, layout)
         if args.ranks:
             print(layout.world_size)
             return 0

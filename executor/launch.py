@@ -119,11 +119,23 @@ def layout_of(job: Job) -> RankLayout:
     return job_layout(job, len(_graph(job)))
 
 
-def check_fault(options: ExecOptions, layout: RankLayout) -> None:
-    """A fault to inject names a rank of this run (a fault that never fires would test nothing)."""
-    spec = options.fault_spec
-    if spec is not None and spec[0] >= layout.world_size:
-        raise HetsimError(f"fault {options.fault!r}: this run has ranks 0..{layout.world_size - 1}")
+def check_fault(job: Job, layout: RankLayout) -> None:
+    """A fault to inject names a stage rank of this run and an action that rank runs (a fault that
+    never fires would test nothing)."""
+    spec = job.options.fault_spec
+    if spec is None:
+        return
+    rank, action, _ = spec
+    if rank >= layout.world_size:
+        raise HetsimError(f"fault {job.options.fault!r}: this run has ranks 0..{layout.world_size - 1}")
+    role = layout.roles[rank]
+    if role.kind != "stage":
+        raise HetsimError(f"fault {job.options.fault!r}: {layout.describe(rank)} runs no schedule actions; "
+                          "name a stage rank")
+    actions = [str(a) for a in job.schedules()[role.vw].stages[role.stage]]
+    if action not in actions:
+        raise HetsimError(f"fault {job.options.fault!r}: {layout.describe(rank)} never runs {action} "
+                          f"(its actions run {actions[0]} .. {actions[-1]})")
 
 
 def rank_main(rank: int, world_size: int, job: Job, init_method: str, records_path: str | None,
@@ -197,7 +209,7 @@ def launch(plan: Plan | str | Path, cluster: Cluster | str | Path, model: str | 
     """Run the plan for real on this host (one process per rank) and return the measured Report."""
     job = make_job(plan, cluster, model, profile=profile, options=options, model_kwargs=model_kwargs)
     layout = layout_of(job)
-    check_fault(options, layout)
+    check_fault(job, layout)
     if out is not None:
         from hetsim.cli.arguments import check_output_dir
         check_output_dir(out, "out", names=REPORT_FILES)      # before the run, not after it

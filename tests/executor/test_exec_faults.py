@@ -319,3 +319,17 @@ def test_a_ranks_error_reaches_torchruns_failure_summary(tmp_path):
     assert "pass --profile" in summary, summary        # once: "error_file: <N/A>" and no message
     own = [l for l in done.stderr.splitlines() if l.startswith("executor: error:")]
     assert own and all("pass --profile" in l for l in own)
+
+
+def test_a_fault_at_an_action_its_rank_never_runs_is_refused_before_any_rank_starts():
+    # 3 waves of Nm 2: rank 1 runs F0 .. F5 and never reaches F999.
+    with pytest.raises(HetsimError, match=r"^fault '1:F999:die': rank 1 \(vw0 stage 1 on host/gpu1\) never runs "
+                                          r"F999 \(its actions run \S+ \.\. \S+\)$"):
+        run(mlp_plan([[0, 4, 9]], nm=2, schedule="1f1b"), waves=3, fault="1:F999:die")
+
+
+def test_a_fault_for_a_rank_without_schedule_actions_is_refused():
+    # Rank 2 of a 2-VW WSP plan is its parameter server, which runs no F/B actions to fail at.
+    with pytest.raises(HetsimError, match=r"^fault '2:F1:die': rank 2 \(parameter server 0\) runs no schedule "
+                                          r"actions; name a stage rank$"):
+        run(WSP2, waves=3, fault="2:F1:die")

@@ -112,9 +112,15 @@ def test_colocation_factor_compares_the_stages_together_with_each_alone():
         colocation_factor("mlp", [(0, 2), (2, 5)], batch=8, seconds=0)
     # Two small stages on this host: the probe runs and gives CPU work together over alone, which a
     # broken probe (a stage doing nothing, work counted twice) would put far from 1.
-    factor = colocation_factor("mlp", [(0, 4), (4, 9)], batch=32, model_kwargs={"hidden": 128, "depth": 4},
-                               slowdowns=[1.0, 1.5], seconds=0.2)
-    assert 0.7 < factor < 1.6
+    # A timed probe on a shared host: a burst of other load can push one reading out, so up to three
+    # are taken; a broken probe is out of range every time.
+    factors = []
+    for _ in range(3):
+        factors.append(colocation_factor("mlp", [(0, 4), (4, 9)], batch=32, model_kwargs={"hidden": 128, "depth": 4},
+                                         slowdowns=[1.0, 1.5], seconds=0.2))
+        if 0.7 < factors[-1] < 1.6:
+            break
+    assert 0.7 < factors[-1] < 1.6, factors
 
 
 def test_optimizer_costs_are_added_to_each_layers_backward():
