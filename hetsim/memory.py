@@ -10,11 +10,12 @@ Bytes per parameter by precision and optimizer (profiles count parameters in FP3
 | fp16/bf16 | 2       | 4 (FP32 main grads, as Megatron keeps them) | 4 | same, in FP32 |
 
 Activations: a profile layer's `saved_bytes` (what autograd keeps, counted at FP32) when known, less what
-the layer before it in the stage keeps too (`saved_shared_bytes`), else its output bytes plus the
-stage's input (the older upper bound). Under tensor parallelism of degree t a member
-keeps the layer's `saved_replicated_bytes` whole and 1/t of the rest. 16-bit precisions halve them,
-1-byte dropout masks included (an approximation: for a block with dropout masks ~9 % below
-Korthikanti et al.'s 16-bit count).
+an earlier layer of the stage keeps too (`saved_shared_bytes`: the layer before; `saved_shared_earlier`:
+one further back, as where a DAG's branches each save their common input), else its output bytes plus
+the stage's input (the older upper bound). Under tensor parallelism of degree t a member
+keeps the layer's `saved_replicated_bytes` whole and 1/t of the rest. 16-bit precisions halve the
+floating-point ones; `saved_nonfloat_bytes` (max-pool indices, dropout masks kept whole) keep their
+size. A mask that TP splits (attention dropout's) is halved with the rest, an approximation.
 With activation recomputation a stage keeps only each layer's input per minibatch in flight, plus one
 layer's full saved set while that layer's backward recomputes it.
 """
@@ -101,9 +102,7 @@ def stage_memory(profile: ModelProfile, lo: int, hi: int, *, in_flight: int, asy
     if half:
         state += params                                          # FP32 master weights
     versions = max(1, in_flight) if asynchronous else 1
-    per_minibatch = _saved_per_minibatch(profile, lo, hi, tp, settings.recompute)
-    if half:
-        per_minibatch /= 2
+    per_minibatch = _saved_per_minibatch(profile, lo, hi, tp, settings.recompute, half)
     activations = per_minibatch * in_flight + _recompute_peak(profile, lo, hi, tp, settings, in_flight)
     return StageMemory(weights_bytes=int(weights), gradient_bytes=int(params),
                        optimizer_bytes=int(state), stash_bytes=int(weights * (versions - 1)),
@@ -116,18 +115,26 @@ def _layer_saved(layer, tp: int) -> float:
     return replicated + (layer.saved_bytes - replicated) / tp
 
 
-def _saved_per_minibatch(profile: ModelProfile, lo: int, hi: int, tp: int, recompute: bool) -> float:
+def _nonfloat(layer) -> int:
+    return min(layer.saved_nonfloat_bytes, layer.saved_bytes or 0)
+
+
+def _saved_per_minibatch(profile: ModelProfile, lo: int, hi: int, tp: int, recompute: bool, half: bool) -> float:
     layers = profile.layers[lo:hi]
+    scale = 0.5 if half else 1.0
     if recompute:
         # Only each layer's input stays; the layer's own saved set is rebuilt in its backward.
-        return float(sum(profile.cut_bytes(i) if i == lo else profile.layers[i - 1].output_bytes
-                         for i in range(lo, hi)))
+        return scale * sum(profile.cut_bytes(i) if i == lo else profile.layers[i - 1].output_bytes
+                           for i in range(lo, hi))
     if all(l.saved_bytes is not None for l in layers):
-        # A tensor two consecutive layers of the stage both save is kept once (split like the rest
-        # under TP: the counted sharing is of activations, which TP splits).
-        shared = sum(min(l.saved_shared_bytes, l.saved_bytes) for l in layers[1:]) / tp
-        return max(0.0, float(sum(_layer_saved(l, tp) for l in layers) - shared))
-    return float(profile.stage_output_bytes_sum(lo, hi) + profile.cut_bytes(lo))
+        # A tensor that several layers of the stage save is kept once (split like the rest under TP:
+        # the counted sharing is of activations, which TP splits).
+        shared = (sum(min(l.saved_shared_bytes, l.saved_bytes) for l in layers[1:])
+                  + sum(b for l in layers for j, b in l.saved_shared_earlier if j >= lo)) / tp
+        kept = max(0.0, float(sum(_layer_saved(l, tp) for l in layers) - shared))
+        # At 16 bits the floating-point part halves; the integer and boolean part keeps its size.
+        return scale * kept + (scale * sum(_nonfloat(l) for l in layers) if half else 0.0)
+    return scale * (profile.stage_output_bytes_sum(lo, hi) + profile.cut_bytes(lo))
 
 
 def _recompute_peak(profile: ModelProfile, lo: int, hi: int, tp: int, settings: MemorySettings,
@@ -135,8 +142,10 @@ def _recompute_peak(profile: ModelProfile, lo: int, hi: int, tp: int, settings: 
     if not settings.recompute or in_flight == 0:
         return 0.0
     layers = profile.layers[lo:hi]
-    full = [(_layer_saved(l, tp) if l.saved_bytes is not None else l.output_bytes) for l in layers]
-    return max(full, default=0.0) / (2 if settings.precision in _HALF else 1)
+    half = settings.precision in _HALF
+    full = [(_layer_saved(l, tp) + (_nonfloat(l) if half else 0) if l.saved_bytes is not None else l.output_bytes)
+            for l in layers]
+    return max(full, default=0.0) / (2 if half else 1)
 
 
 def unreserved_note(cluster, gpus=None) -> str | None:
@@ -148,6 +157,7 @@ def unreserved_note(cluster, gpus=None) -> str | None:
                     if (wanted is None or g.id in wanted) and not g.type.framework_reserve_bytes})
     if not names:
         return None
-    return (f"memory: {', '.join(names)} name no framework_reserve_gib (none measured), so their memory counts "
+    verb = "names" if len(names) == 1 else "name"
+    return (f"memory: {', '.join(names)} {verb} no framework_reserve_gib (none measured), so their memory counts "
             "the run's tensors only; a training process also holds its CUDA context and workspaces, a few GiB "
             "where measured (docs/formats.md)")

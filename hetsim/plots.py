@@ -26,8 +26,13 @@ def _pyplot():
 
 
 def _rows(trace: dict[str, Any]) -> tuple[list[tuple[int, int]], dict[tuple[int, int], str]]:
-    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in trace["traceEvents"]
-             if e.get("ph") == "M" and e["name"] == "thread_name"}
+    """Each row's label, its process (a node) before its thread ("gpu0 TYPE [...]"): two nodes' gpu0
+    would otherwise read alike."""
+    meta = [e for e in trace["traceEvents"] if e.get("ph") == "M"]
+    process = {e["pid"]: e["args"]["name"] for e in meta if e["name"] == "process_name"}
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in meta if e["name"] == "thread_name"}
+    if len({pid for pid, _ in names}) > 1:
+        names = {(pid, tid): f"{process.get(pid, pid)}/{name}" for (pid, tid), name in names.items()}
     return list(names), names
 
 

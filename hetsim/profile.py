@@ -20,7 +20,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from hetsim.errors import PlanError
-from hetsim.fields import Fields
+from hetsim.fields import Fields, is_whole
 from hetsim.plan import PRECISIONS
 
 __all__ = ["LayerProfile", "ModelProfile", "StageTimes", "profile_from_dict", "tp_key", "tp_divides", "precision_note",
@@ -68,6 +68,13 @@ class LayerProfile:
     # Of saved_bytes, what the layer before it saves too (a ReLU output the next convolution keeps as
     # its input): a stage holding both layers keeps it once.
     saved_shared_bytes: int = 0
+    # Of saved_bytes, what an earlier layer than the one before saves too, as (that layer's index, bytes),
+    # the nearest earlier layer that saves it (a branch's input that each branch's first convolution
+    # keeps): a stage holding both keeps it once.
+    saved_shared_earlier: tuple[tuple[int, int], ...] = ()
+    # Of saved_bytes, integer and boolean tensors (max-pool indices, dropout masks) that a tensor-parallel
+    # member keeps whole: their size is the same at every precision.
+    saved_nonfloat_bytes: int = 0
     # Bytes each forward all-reduces inside a tensor-parallel group, and in how many calls (0: one,
     # where there are bytes): each call pays the link's fixed collective cost. The backward's own
     # (Megatron: a lookup all-reduces only forward, a head only backward) where they differ; None: the
@@ -268,6 +275,8 @@ class ModelProfile:
                                saved_bytes=None if l.saved_bytes is None else scale(l.saved_bytes),
                                saved_replicated_bytes=scale(l.saved_replicated_bytes),
                                saved_shared_bytes=scale(l.saved_shared_bytes),
+                               saved_shared_earlier=tuple((j, scale(b)) for j, b in l.saved_shared_earlier),
+                               saved_nonfloat_bytes=scale(l.saved_nonfloat_bytes),
                                tp_allreduce_bytes=scale(l.tp_allreduce_bytes),
                                tp_allreduce_bwd_bytes=None if l.tp_allreduce_bwd_bytes is None
                                else scale(l.tp_allreduce_bwd_bytes))
@@ -292,6 +301,10 @@ class ModelProfile:
                 item["saved_replicated_bytes"] = l.saved_replicated_bytes
             if l.saved_shared_bytes:
                 item["saved_shared_bytes"] = l.saved_shared_bytes
+            if l.saved_shared_earlier:
+                item["saved_shared_earlier"] = [[j, b] for j, b in l.saved_shared_earlier]
+            if l.saved_nonfloat_bytes:
+                item["saved_nonfloat_bytes"] = l.saved_nonfloat_bytes
             if l.tp_allreduce_bytes:
                 item["tp_allreduce_bytes"] = l.tp_allreduce_bytes
             if l.tp_allreduce_calls:
@@ -353,6 +366,11 @@ def profile_from_dict(data: Any, source_name: str) -> ModelProfile:
     if apart is not None:
         raise f.error("edges", f"layer {apart} is joined to layer 0 by no edge; a model's layers form one graph "
                                "(leave edges out for a chain)")
+    for i, layer in enumerate(layers):
+        for k, (j, _) in enumerate(layer.saved_shared_earlier):
+            if not j < i - 1:
+                raise f.error(f"layers[{i}].saved_shared_earlier[{k}]", f"layer {j} is not earlier than the "
+                              f"layer before layer {i} (sharing with that one is saved_shared_bytes)")
     types = {k for layer in layers for k in (*layer.fwd_s, *layer.bwd_s)}
     for i, layer in enumerate(layers):
         for key in ("fwd_s", "bwd_s"):
@@ -375,6 +393,7 @@ def profile_from_dict(data: Any, source_name: str) -> ModelProfile:
 def _layer(f: Fields) -> LayerProfile:
     f.reject_unknown({"name", "kind", "param_bytes", "output_bytes", "fwd_s", "bwd_s", "flops_fwd",
                       "update_s", "saved_bytes", "saved_replicated_bytes", "saved_shared_bytes",
+                      "saved_shared_earlier", "saved_nonfloat_bytes",
                       "tp_allreduce_bytes", "tp_allreduce_calls", "tp_allreduce_bwd_bytes",
                       "tp_allreduce_bwd_calls"})
     times = {}
@@ -400,9 +419,20 @@ def _layer(f: Fields) -> LayerProfile:
                         saved_replicated_bytes=f.number("saved_replicated_bytes", 0, nonnegative=True,
                                                         integer=True),
                         saved_shared_bytes=f.number("saved_shared_bytes", 0, nonnegative=True, integer=True),
+                        saved_shared_earlier=_shared_earlier(f),
+                        saved_nonfloat_bytes=f.number("saved_nonfloat_bytes", 0, nonnegative=True, integer=True),
                         tp_allreduce_bytes=f.number("tp_allreduce_bytes", 0, nonnegative=True, integer=True),
                         tp_allreduce_calls=f.number("tp_allreduce_calls", 0, nonnegative=True, integer=True),
                         tp_allreduce_bwd_bytes=bwd_bytes, tp_allreduce_bwd_calls=bwd_calls)
+
+
+def _shared_earlier(f: Fields) -> tuple[tuple[int, int], ...]:
+    pairs = f.list("saved_shared_earlier", [])
+    for k, pair in enumerate(pairs):
+        if not (isinstance(pair, list) and len(pair) == 2 and all(is_whole(x) and x >= 0 for x in pair)):
+            raise f.error(f"saved_shared_earlier[{k}]", f"expected [layer index, bytes], two whole numbers >= 0, "
+                                                        f"got {pair!r}")
+    return tuple((int(j), int(b)) for j, b in pairs)
 
 
 def tp_divides(profile: ModelProfile, tp: int) -> bool:

@@ -62,7 +62,7 @@ AXES: dict[str, tuple[Callable[[str], Any], str]] = {
 
 FIGURES = ("samples_per_s", "minibatches_per_s", "tokens_per_s", "iteration_s", "window_s", "busy_max",
            "busy_min", "memory_max_gib", "sync_wait_s", "staleness_local_max", "staleness_global_max",
-           "staleness_global_mean", "busiest_link", "busiest_link_utilisation", "events")
+           "staleness_global_mean", "busiest_link", "busiest_link_utilisation", "events", "notes")
 
 
 @dataclass(frozen=True)
@@ -202,6 +202,8 @@ def figures(report: Report) -> dict[str, Any]:
         "busiest_link": busiest.id if busiest else "",
         "busiest_link_utilisation": busiest.utilisation if busiest else "",
         "events": report.settings.get("events", ""),
+        # What simulate prints beside its figures (a rate that is no steady state's, say), one cell.
+        "notes": " | ".join(report.notes),
     }
     return {k: ("" if values[k] is None else values[k]) for k in FIGURES}
 

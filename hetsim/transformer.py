@@ -84,24 +84,28 @@ def transformer_layers(shape: TransformerShape, batch: int) -> list[LayerProfile
     d = 1 if shape.attention_dropout else 0
     replicated = sbh * (4 * e + 2)
     split = sbh * e * (q + 1 + m) + shape.heads * s * s * b * (e + d * (e + 1))
+    # The embedding keeps its dropout mask and the token ids (int64); a block its two 1-byte dropout
+    # masks (the mask attention dropout keeps is split with the heads, and counted with the rest).
     layers = [LayerProfile(name="embedding", kind="Embeddings", param_bytes=4 * shape.embedding_params(),
                            output_bytes=sbh * e, fwd_s={}, bwd_s={}, saved_bytes=sbh + 8 * s * b,
-                           saved_replicated_bytes=sbh + 8 * s * b, tp_allreduce_bytes=sbh * e,
-                           tp_allreduce_calls=1, tp_allreduce_bwd_bytes=0)]
+                           saved_replicated_bytes=sbh + 8 * s * b, saved_nonfloat_bytes=sbh + 8 * s * b,
+                           tp_allreduce_bytes=sbh * e, tp_allreduce_calls=1, tp_allreduce_bwd_bytes=0)]
     layers += [LayerProfile(name=f"block{i}", kind="Block", param_bytes=4 * shape.block_params(),
                             output_bytes=sbh * e, fwd_s={}, bwd_s={}, saved_bytes=int(replicated + split),
-                            saved_replicated_bytes=int(replicated), tp_allreduce_bytes=2 * sbh * e,
-                            tp_allreduce_calls=2)
+                            saved_replicated_bytes=int(replicated), saved_nonfloat_bytes=2 * sbh,
+                            tp_allreduce_bytes=2 * sbh * e, tp_allreduce_calls=2)
                for i in range(shape.n_layer)]
-    # The head keeps the final norm's input and, for the loss, the logits and their softmax. Under TP
+    # The head keeps the final norm's input and output (the product's input) and two tensors as large
+    # as the logits: the logits themselves, which a pipeline engine holds as the last stage's output
+    # until its backward (DeepSpeed's pipe buffers), and the loss's exponentials of them. Under TP
     # its loss is vocabulary-parallel: three all-reduces of one FP32 per token forward (the row
     # maxima, the target logits, the exponential sums); backward, one of its input's gradient.
     logits = s * b * shape.vocab * e
     loss_ar = dict(tp_allreduce_bytes=3 * s * b * 4, tp_allreduce_calls=3, tp_allreduce_bwd_bytes=sbh * e,
                    tp_allreduce_bwd_calls=1)
     tail = [LayerProfile(name="head", kind="Head", param_bytes=4 * (shape.vocab * h + 2 * h),
-                         output_bytes=logits, fwd_s={}, bwd_s={}, saved_bytes=sbh * e + 2 * logits,
-                         saved_replicated_bytes=sbh * e, **loss_ar)]
+                         output_bytes=logits, fwd_s={}, bwd_s={}, saved_bytes=2 * sbh * e + 2 * logits,
+                         saved_replicated_bytes=2 * sbh * e, **loss_ar)]
     if shape.tail_layers == 2:
         tail.insert(0, LayerProfile(name="final_norm", kind="Norm", param_bytes=4 * 2 * h,
                                     output_bytes=sbh * e, fwd_s={}, bwd_s={}, saved_bytes=sbh * e,

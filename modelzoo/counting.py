@@ -74,7 +74,9 @@ def counted_profile(model: str, batch: int, *, attention: str = "fused",
                                 tp_allreduce_calls=saved[i].tp_allreduce_calls,
                                 tp_allreduce_bwd_bytes=saved[i].tp_allreduce_bwd_bytes,
                                 tp_allreduce_bwd_calls=saved[i].tp_allreduce_bwd_calls,
-                                saved_shared_bytes=saved[i].shared_bytes)
+                                saved_shared_bytes=saved[i].shared_bytes,
+                                saved_shared_earlier=saved[i].shared_earlier,
+                                saved_nonfloat_bytes=saved[i].nonfloat_bytes)
                    for i in range(len(graph)))
     shape = "x".join(map(str, example.shape[1:]))
     return ModelProfile(model=model, batch_size=batch, layers=layers, edges=tuple(graph.edges),
@@ -93,7 +95,8 @@ def heads_divisor(module: torch.nn.Module) -> int | None:
     return math.gcd(*counts) if counts else None
 
 
-COUNTED_FIELDS = ("saved_bytes", "saved_replicated_bytes", "saved_shared_bytes", "tp_allreduce_bytes",
+COUNTED_FIELDS = ("saved_bytes", "saved_replicated_bytes", "saved_shared_bytes", "saved_shared_earlier",
+                  "saved_nonfloat_bytes", "tp_allreduce_bytes",
                   "tp_allreduce_calls", "tp_allreduce_bwd_bytes", "tp_allreduce_bwd_calls")
 
 

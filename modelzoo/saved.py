@@ -6,7 +6,11 @@ Each layer's forward runs under `torch.autograd.graph.saved_tensors_hooks`; ever
 saved tensor lives in counts once, in whole (Q, K and V are views of one QKV product: one storage).
 The layer's own parameters and buffers are not activations and are left out. A tensor that two
 consecutive layers save (a ReLU's output that the next convolution saves as its input) counts in both,
-and `shared_bytes` of the second says how much, so a stage holding both counts it once.
+and `shared_bytes` of the second says how much, so a stage holding both counts it once; a layer's output
+that layers further on save too (the input of an Inception module, which each branch's first
+convolution saves) is in `shared_earlier` of each of them, with the nearest earlier layer saving it.
+`nonfloat_bytes` are the integer and boolean storages kept whole under TP (max-pool indices, dropout
+masks), which keep their size when training at 16 bits.
 
 Counted as CUDA runs the layer, not as CPU or meta would (a training GPU is what the count is for):
 
@@ -63,6 +67,8 @@ class SavedBytes:
     replicated_bytes: int
     tp_allreduce_bytes: int
     shared_bytes: int = 0        # of saved_bytes, what the layer before it saves too (its output)
+    shared_earlier: tuple[tuple[int, int], ...] = ()   # of saved_bytes, (layer further back, bytes) it saves too
+    nonfloat_bytes: int = 0      # of saved_bytes, integer and boolean storages kept whole under TP
     tp_allreduce_calls: int = 0
     tp_allreduce_bwd_bytes: int = 0    # what one backward all-reduces, in how many calls
     tp_allreduce_bwd_calls: int = 0
@@ -80,6 +86,8 @@ def count_saved(graph: LayerGraph, example: torch.Tensor,
     check_attention(attention)
     graph.layers.train()
     values: dict[int, torch.Tensor] = {MODEL_INPUT: example}
+    # The last layer to save each layer output (values stay alive, so their keys are never reused).
+    last_saver: dict[int, int] = {_key(example): -1}
     counts, before, last_split = [], {}, False
     for i, layer in enumerate(graph.layers):
         count, out, storages, last_split = _layer_saved(layer, [values[p] for p in graph.preds[i]],
@@ -89,13 +97,15 @@ def count_saved(graph: LayerGraph, example: torch.Tensor,
             # layers), so no gradient all-reduce opens one either.
             count = replace(count, tp_allreduce_bwd_bytes=0, tp_allreduce_bwd_calls=0)
         shared = sum(s.nbytes() for k, s in storages.items() if k in before)
-        counts.append(replace(count, shared_bytes=shared))
+        counts.append(replace(count, shared_bytes=shared,
+                              shared_earlier=_shared_earlier(i, storages, last_saver)))
         # A detached output shares its storage with the next layer's input. Holding the layer's saved
         # storages until the next is counted keeps their addresses (the keys) from being reused by
         # the next layer's new storages, which would count as shared what is not.
         before = storages
         out = out.detach()
         values[i] = out.requires_grad_(True) if out.is_floating_point() else out
+        last_saver.setdefault(_key(values[i]), i if _key(values[i]) in storages else -1)
     if loss is not None and counts:
         scores = values[len(graph) - 1]
         extra = _loss_saved(*loss, scores, before)
@@ -103,6 +113,18 @@ def count_saved(graph: LayerGraph, example: torch.Tensor,
         if last_split:
             counts[-1] = _with_parallel_loss(counts[-1], scores)
     return counts
+
+
+def _shared_earlier(i: int, storages: dict, last_saver: dict[int, int]) -> tuple[tuple[int, int], ...]:
+    """(j, bytes) of the layer outputs layer i saves that layer j < i - 1 saved last; records i as
+    their last saver."""
+    far: dict[int, int] = {}
+    for k, storage in storages.items():
+        if k in last_saver:
+            j, last_saver[k] = last_saver[k], i
+            if 0 <= j < i - 1:
+                far[j] = far.get(j, 0) + storage.nbytes()
+    return tuple(sorted(far.items()))
 
 
 def _with_parallel_loss(count: SavedBytes, scores: torch.Tensor) -> SavedBytes:
@@ -140,19 +162,24 @@ def _layer_saved(layer: nn.Module, inputs: list[torch.Tensor], fused_attention: 
     weights = {_key(t) for t in chain(layer.parameters(), layer.buffers())}
     tp = _TensorParallel(weights, {_key(t) for t in inputs})
     saved: dict[int, tuple[torch.UntypedStorage, bool]] = {}
+    nonfloat: set[int] = set()
 
     def pack(t: torch.Tensor) -> torch.Tensor:
         k = _key(t)
         if k not in weights and k not in saved:
             saved[k] = (t.untyped_storage(), k not in tp.split)
+            if not (t.is_floating_point() or t.is_complex()):
+                nonfloat.add(k)
         return t
 
     with _AsOnCuda(fused_attention), tp, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         out = layer(*inputs)
     total = sum(s.nbytes() for s, _ in saved.values())
     whole = sum(s.nbytes() for s, replicated in saved.values() if replicated)
+    fixed = sum(s.nbytes() for k, (s, replicated) in saved.items() if replicated and k in nonfloat)
     storages = {k: s for k, (s, _replicated) in saved.items()}
-    count = SavedBytes(saved_bytes=total, replicated_bytes=whole, tp_allreduce_bytes=tp.allreduce_bytes,
+    count = SavedBytes(saved_bytes=total, replicated_bytes=whole, nonfloat_bytes=fixed,
+                       tp_allreduce_bytes=tp.allreduce_bytes,
                        tp_allreduce_calls=tp.allreduce_calls, tp_allreduce_bwd_bytes=tp.bwd_bytes,
                        tp_allreduce_bwd_calls=len(tp.copied))
     split = isinstance(out, torch.Tensor) and _key(out) in tp.split

@@ -295,6 +295,16 @@ def test_the_command_plan_prints_reproduces_its_rank_1_with_the_searchs_settings
     assert round(again, 1) == ranked
 
 
+def test_a_cluster_above_the_simulation_limit_is_ranked_by_estimate_and_says_so(capsys):
+    code, out, _ = run_cli(capsys, "plan", "--cluster", "hetpipe_4node", "--model", "vgg19_b32_analytic",
+                           "--policies", "ED", "--sim-max-gpus", "4")
+    assert code == 0 and " 0 simulated" in out and "*" not in out.split("\n\n")[1]
+    assert "note: no candidate simulated: the cluster's 16 GPUs are more than --sim-max-gpus 4" in out
+    code, out, _ = run_cli(capsys, "plan", "--cluster", "hetpipe_4node", "--model", "vgg19_b32_analytic",
+                           "--policies", "ED", "--top", "1")
+    assert code == 0 and "no candidate simulated" not in out and " 0 simulated" not in out
+
+
 def test_the_command_plan_prints_for_a_graph_txt_names_its_gpu_type_and_batch(tmp_path, capsys):
     import re
     import shlex

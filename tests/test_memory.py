@@ -104,3 +104,19 @@ def test_whether_a_plan_fits_is_the_steady_states_not_a_short_schedules():
     by_waves = {w: _plan_memory(plan, c, p, w)[first] for w in (1, 2, 64)}
     assert {w: m.in_flight for w, m in by_waves.items()} == {1: 10, 2: 14, 64: 16}
     assert plan_memory(plan, c, p)[first] == by_waves[64]
+
+
+def test_a_tensor_a_layer_further_back_saves_too_is_kept_once_only_when_both_are_in_the_stage():
+    p = replace(profile(4, 0.01, 0.02, param_bytes=P, out_bytes=50))
+    p = replace(p, layers=tuple(replace(l, saved_bytes=400) for l in p.layers))
+    p = replace(p, layers=(*p.layers[:3], replace(p.layers[3], saved_shared_earlier=((1, 120),))))
+    held = lambda lo, hi: stage_memory(p, lo, hi, in_flight=1, asynchronous=False).activation_bytes
+    assert (held(0, 4), held(1, 4), held(2, 4)) == (1600 - 120, 1200 - 120, 800)
+
+
+def test_integer_and_boolean_saved_bytes_keep_their_size_at_16_bits():
+    p = replace(layers(saved=400, replicated=100), layers=tuple(
+        replace(l, saved_nonfloat_bytes=40) for l in layers().layers))
+    bf16 = stage_memory(p, 0, 2, in_flight=1, asynchronous=False, settings=MemorySettings(precision="bf16"))
+    fp32 = stage_memory(p, 0, 2, in_flight=1, asynchronous=False, settings=MemorySettings())
+    assert (fp32.activation_bytes, bf16.activation_bytes) == (800, 2 * (360 / 2 + 40))

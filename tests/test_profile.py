@@ -63,6 +63,25 @@ def test_backward_all_reduces_round_trip_where_they_differ_from_the_forwards(tmp
         load_profile(tmp_path / "bad.yaml")
 
 
+def test_shared_and_nonfloat_saved_bytes_round_trip_and_a_share_with_no_earlier_layer_is_named(tmp_path):
+    p = load_profile("resnet18_b32")
+    assert any(l.saved_shared_earlier for l in p.layers) and any(l.saved_nonfloat_bytes for l in p.layers)
+    save_profile(p, tmp_path / "p.json")
+    assert load_profile(tmp_path / "p.json") == p
+    i = next(k for k, l in enumerate(p.layers) if l.saved_shared_earlier)
+    assert p.scaled_to_batch(64).layers[i].saved_shared_earlier == tuple(
+        (j, 2 * b) for j, b in p.layers[i].saved_shared_earlier)
+    import json
+    from hetsim.errors import HetsimError
+    doc = p.to_dict()
+    for bad, message in [([[i - 1, 8]], f"layer {i - 1} is not earlier than the layer before layer {i}"),
+                         ([[0, -8]], "expected \\[layer index, bytes\\]"), ("x", "expected a list")]:
+        doc["layers"][i]["saved_shared_earlier"] = bad
+        (tmp_path / "bad.json").write_text(json.dumps(doc))
+        with pytest.raises(HetsimError, match=rf"layers\[{i}\]\.saved_shared_earlier.*{message}"):
+            load_profile(tmp_path / "bad.json")
+
+
 def test_profile_round_trips_through_pipedream_graph_txt(tmp_path):
     p = load_profile("vgg19_b32_analytic")
     only = ModelProfile(**{**p.__dict__, "layers": tuple(

@@ -182,3 +182,8 @@ def test_a_figure_that_cannot_be_drawn_keeps_the_table_and_says_so(tmp_path, cap
 def test_axes_must_be_a_list_of_strings_not_one_string():
     with pytest.raises(HetsimError, match="expected a list of 'NAME=V1,V2,...' strings"):
         parse_axes("nm=2")
+
+
+def test_a_point_too_short_for_a_steady_state_carries_simulates_note_in_its_row(tmp_path, capsys):
+    rows = _sweep(tmp_path, capsys, "--vary", "waves=2,12", "--workers", "1")
+    assert "no wave to spare after warm-up" in rows[0]["notes"] and "no wave to spare" not in rows[1]["notes"]

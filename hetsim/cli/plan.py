@@ -63,7 +63,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "(repeatable)")
     p.add_argument("--top", type=whole(1), default=5, metavar="K",
                    help="simulate the K best estimates (and any within --margin of the best; default 5); "
-                   f"on clusters of up to {SIM_MAX_GPUS} GPUs only: larger ones are ranked by the closed-form estimate")
+                   "on clusters of up to --sim-max-gpus GPUs only: larger ones are ranked by the closed-form estimate")
+    p.add_argument("--sim-max-gpus", type=whole(0), default=SIM_MAX_GPUS, metavar="N",
+                   help=f"simulate candidates only on clusters of at most N GPUs (default {SIM_MAX_GPUS}: simulating "
+                   "larger ones takes minutes a candidate)")
     p.add_argument("--margin", type=real(0, 1), default=0.1,
                    help="also simulate estimates within this fraction of the best (default 0.1)")
     p.add_argument("--waves", type=whole(1), default=12, help="waves per simulation (default 12)")
@@ -100,6 +103,10 @@ def _notes(result, cluster, profile, space) -> list[str]:
         c = unsimulated[0]
         skipped.append(f"{len(unsimulated)} candidate(s) listed by their estimate (~): their simulation had no "
                        f"steady state to time, e.g. {c.policy} Nm {c.nm} D {c.staleness}: {c.not_simulated}")
+    if len(cluster.gpus) > space.sim_max_gpus:
+        skipped.append(f"no candidate simulated: the cluster's {len(cluster.gpus)} GPUs are more than --sim-max-gpus "
+                       f"{space.sim_max_gpus}, so every figure is the closed-form estimate (~), which can read well "
+                       "above a simulation; simulate the plan `--out` writes, or raise --sim-max-gpus")
     return skipped + caveats(profile, cluster, groups, space.precision)
 
 
@@ -156,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
                         top_k=args.top if args.cost_model == "hetsim" else 1,
                         margin=args.margin if args.cost_model == "hetsim" else 0.0, waves=args.waves,
                         warmup_waves=default_warmup_waves(args.waves), jitter_cv=args.jitter, seed=args.seed,
-                        workers=args.jobs or 0, scheduler=args.scheduler)
+                        workers=args.jobs or 0, scheduler=args.scheduler, sim_max_gpus=args.sim_max_gpus)
     if args.out:
         check_output_file(args.out, "--out")
     if args.scheduler is not None:

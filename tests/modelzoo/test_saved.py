@@ -262,3 +262,57 @@ def test_only_what_a_layer_saves_of_the_one_before_counts_as_shared_and_every_co
         "gpt2-small", 4, n_layer=2, seq_len=64, vocab_size=256)[0].layers) for _ in range(6)]
     assert all(r == runs[0] for r in runs)
     assert all(shared == 0 for _, shared in runs[0])
+
+
+def real_saved_bytes(model: nn.Module, example: torch.Tensor, lo: int, hi: int, dtype=torch.float32) -> int:
+    """torch's own count for a stage of layers [lo, hi): every distinct storage autograd holds after a
+    real CPU forward of those layers, each fed its predecessors' outputs as the stage receives them
+    (dropout keeping a byte mask, as on CUDA)."""
+    from modelzoo.saved import _AsOnCuda
+    graph = layer_graph(model.to(dtype))
+    graph.layers.train()
+    weights = {t.untyped_storage().data_ptr() for t in [*model.parameters(), *model.buffers()]}
+    held: dict[int, torch.UntypedStorage] = {}
+    values = {-1: example.to(dtype)}
+
+    def pack(t):
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in weights:
+            held[storage.data_ptr()] = storage
+        return t
+
+    with torch.no_grad():                        # layers before the stage: their outputs only
+        for i in range(lo):
+            values[i] = graph.layers[i](*[values[p] for p in graph.preds[i]])
+    values = {k: v.detach().requires_grad_(v.is_floating_point()) for k, v in values.items()}
+    with _AsOnCuda(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        for i in range(lo, hi):
+            values[i] = graph.layers[i](*[values[p] for p in graph.preds[i]])
+    return sum(s.nbytes() for s in held.values())
+
+
+@pytest.mark.parametrize("name,stages", [
+    ("resnet18", [(0, None), (3, 20), (18, 40)]),       # a block input its first conv and downsample both save
+    ("squeezenet1_0", [(0, None), (5, 30)]),            # a fire module's squeeze output, saved by both expands
+])
+def test_a_tensor_that_layers_further_apart_save_is_kept_once_per_stage(name, stages):
+    from hetsim.memory import MemorySettings, stage_memory
+    model, example = build(name, batch=2, image_size=64, num_classes=10)
+    profile, _ = counted_profile(name, 2, image_size=64, num_classes=10)
+    assert any(l.saved_shared_earlier for l in profile.layers)
+    for lo, hi in stages:
+        hi = hi or profile.n_layers - 1                  # the loss is counted with the last layer; leave it
+        m = stage_memory(profile, lo, hi, in_flight=1, asynchronous=False, settings=MemorySettings())
+        assert m.activation_bytes == real_saved_bytes(model, example, lo, hi), (lo, hi)
+
+
+def test_integer_and_boolean_saved_tensors_keep_their_size_at_16_bits():
+    """VGG's max-pool indices (int64) and dropout masks (bytes, as CUDA keeps them) do not halve."""
+    from hetsim.memory import MemorySettings, stage_memory
+    model, example = build("vgg11", batch=2, image_size=64, num_classes=10)
+    profile, _ = counted_profile("vgg11", 2, image_size=64, num_classes=10)
+    assert sum(l.saved_nonfloat_bytes for l in profile.layers) > 0
+    hi = profile.n_layers - 1
+    real = real_saved_bytes(model, example, 0, hi, torch.bfloat16)
+    m = stage_memory(profile, 0, hi, in_flight=1, asynchronous=False, settings=MemorySettings(precision="bf16"))
+    assert m.activation_bytes == real
