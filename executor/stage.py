@@ -40,17 +40,19 @@ class _StageModule(nn.Module):
         self.graph, self.lo, self.hi = graph, lo, hi
         self.inputs = graph.crossing(lo)
         self.keep_layer_outputs = False
-        self.layer_outputs: list[torch.Tensor] = []
+        self.layer_outputs: list[torch.Tensor | None] = []
+        # A split backward's W starts from the outputs of the layers with weights, and only those.
+        self.weighted = {i for i in range(lo, hi) if any(True for _ in graph.layers[i].parameters())}
 
     def forward(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         if not self.keep_layer_outputs:
             out = self.graph.run(self.lo, self.hi, dict(zip(self.inputs, tensors)))
             return tuple(out[k] for k in self.graph.crossing(self.hi))
-        # As graph.run, keeping every layer's output for a split backward.
+        # As graph.run, keeping each weighted layer's output for a split backward.
         values = dict(zip(self.inputs, tensors))
         for i in range(self.lo, self.hi):
             values[i] = self.layers[i](*(values[p] for p in self.graph.preds[i]))
-        self.layer_outputs = [values[i] for i in range(self.lo, self.hi)]
+        self.layer_outputs = [values[i] if i in self.weighted else None for i in range(self.lo, self.hi)]
         return tuple(values[k] for k in self.graph.crossing(self.hi))
 
 
@@ -62,7 +64,7 @@ class InFlight:
     inputs: tuple[torch.Tensor, ...]
     outputs: tuple[torch.Tensor, ...]
     loss: torch.Tensor | None
-    layer_outputs: list[torch.Tensor]        # split backward only: each layer's output
+    layer_outputs: list[torch.Tensor | None]   # split backward only: each weighted layer's output
     layer_grads: list[torch.Tensor | None] | None = None   # their gradients, once backward_input ran
 
 
@@ -115,7 +117,7 @@ class StageModel:
         loss = self.loss_fn(outputs[0], labels) if self.is_last else None    # per sample or per token
         # The last stage's backward starts from the loss, whose graph keeps what it needs: holding
         # the outputs too (a language model's logits) would keep one more logits-sized tensor per
-        # minibatch in flight. (A split backward still keeps every layer's output, the head's too.)
+        # minibatch in flight. (A split backward still keeps every weighted layer's output, the head's too.)
         kept = () if self.is_last else outputs
         self.inflight[mb] = InFlight(self.version, self.weights, leaves, inputs, kept, loss,
                                      self.module.layer_outputs)
@@ -145,8 +147,8 @@ class StageModel:
 
     def backward_input(self, mb: int, grad_outputs: tuple[torch.Tensor, ...] | None,
                        need_input_grads: bool) -> tuple[torch.Tensor, ...]:
-        """Split backward, first half: gradients of the inputs and of each layer's output (kept for
-        backward_weight); no weight gradient is computed (autograd runs only what the inputs need)."""
+        """Split backward, first half: gradients of the inputs and of each weighted layer's output (kept
+        for backward_weight); no weight gradient is computed (autograd runs only what the inputs need)."""
         if not self.split_backward:
             # Without the layer outputs backward_weight would find nothing to differentiate: zero gradients.
             raise RuntimeError("backward_input on a stage built without split_backward = True")

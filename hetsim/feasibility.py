@@ -102,11 +102,12 @@ def _plan_memory(plan: Plan, cluster: Cluster, profile: ModelProfile, waves: int
             # A device's chunks (one unless virtual stages), each with what it holds at the device's peak.
             chunks = [vw.stages[schedule.virtual_stage(d, c)] for c in range(schedule.chunks)]
             for member in chunks[0].members:
-                out[member] = _summed([stage_memory(profile, *stage.layers, in_flight=live,
+                out[member] = _summed([stage_memory(profile, *stage.layers, in_flight=live, deferred=deferred,
                                                     asynchronous=plan.schedule in ASYNC_SCHEDULES,
                                                     settings=settings, tp=stage.tp,
                                                     reserve_bytes=cluster.gpu(member).type.framework_reserve_bytes)
-                                       for stage, live in zip(chunks, schedule.live_at_peak(d))])
+                                       for stage, live, deferred in zip(chunks, schedule.live_at_peak(d),
+                                                                        schedule.deferred_at_peak(d))])
     return out
 
 

@@ -17,7 +17,9 @@ keeps the layer's `saved_replicated_bytes` whole and 1/t of the rest. 16-bit pre
 floating-point ones; `saved_nonfloat_bytes` (max-pool indices, dropout masks kept whole) keep their
 size. A mask that TP splits (attention dropout's) is halved with the rest, an approximation.
 With activation recomputation a stage keeps only each layer's input per minibatch in flight, plus one
-layer's full saved set while that layer's backward recomputes it.
+layer's full saved set while that layer's backward recomputes it. A split backward (zero bubble) also
+keeps, for each minibatch between its input gradient (I) and its weight gradient (W), the gradient of
+every weighted layer's output, which W multiplies with that layer's saved input.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ class StageMemory:
     activation_bytes: int
     versions: int                         # weight versions held (1 + stashed)
     in_flight: int
+    deferred: int = 0                     # split backward: minibatches between I and W (in activation_bytes)
     reserve_bytes: int = 0                # the GPU type's framework_reserve (CUDA context, workspaces)
     tp: int = 1
 
@@ -79,7 +82,8 @@ class StageMemory:
             parts.append(f"optimizer {g(self.optimizer_bytes)}")
         if self.stash_bytes:
             parts.append(f"{self.versions - 1} stashed versions {g(self.stash_bytes)}")
-        parts.append(f"activations of {self.in_flight} minibatches {g(self.activation_bytes)}")
+        held = f" (output gradients of {self.deferred} awaiting W among them)" if self.deferred else ""
+        parts.append(f"activations of {self.in_flight} minibatches{held} {g(self.activation_bytes)}")
         if self.reserve_bytes:
             parts.append(f"framework reserve {g(self.reserve_bytes)}")
         return " + ".join(parts)
@@ -87,10 +91,11 @@ class StageMemory:
 
 def stage_memory(profile: ModelProfile, lo: int, hi: int, *, in_flight: int, asynchronous: bool,
                  optimizer_state_copies: int = 1, settings: MemorySettings | None = None, tp: int = 1,
-                 reserve_bytes: int = 0) -> StageMemory:
+                 reserve_bytes: int = 0, deferred: int = 0) -> StageMemory:
     """Peak bytes on one GPU of a stage running layers [lo, hi) with `in_flight` minibatches at once
-    (one member of a tensor-parallel group of `tp`). Asynchronous schedules stash one weight version per
-    in-flight minibatch; flush schedules hold one version."""
+    (one member of a tensor-parallel group of `tp`), `deferred` of them between a split backward's I
+    and W. Asynchronous schedules stash one weight version per in-flight minibatch; flush schedules hold
+    one version."""
     settings = settings or MemorySettings(optimizer_state_copies=optimizer_state_copies)
     params = profile.stage_param_bytes(lo, hi) / tp             # FP32 bytes of this member's shard
     half = settings.precision in _HALF
@@ -103,11 +108,13 @@ def stage_memory(profile: ModelProfile, lo: int, hi: int, *, in_flight: int, asy
         state += params                                          # FP32 master weights
     versions = max(1, in_flight) if asynchronous else 1
     per_minibatch = _saved_per_minibatch(profile, lo, hi, tp, settings.recompute, half)
-    activations = per_minibatch * in_flight + _recompute_peak(profile, lo, hi, tp, settings, in_flight)
+    output_grads = sum(l.output_bytes for l in profile.layers[lo:hi] if l.param_bytes) / (2 if half else 1)
+    activations = (per_minibatch * in_flight + _recompute_peak(profile, lo, hi, tp, settings, in_flight)
+                   + output_grads * deferred)
     return StageMemory(weights_bytes=int(weights), gradient_bytes=int(params),
                        optimizer_bytes=int(state), stash_bytes=int(weights * (versions - 1)),
                        activation_bytes=int(activations), versions=versions, in_flight=in_flight,
-                       reserve_bytes=reserve_bytes, tp=tp)
+                       deferred=deferred, reserve_bytes=reserve_bytes, tp=tp)
 
 
 def _layer_saved(layer, tp: int) -> float:

@@ -120,3 +120,28 @@ def test_integer_and_boolean_saved_bytes_keep_their_size_at_16_bits():
     bf16 = stage_memory(p, 0, 2, in_flight=1, asynchronous=False, settings=MemorySettings(precision="bf16"))
     fp32 = stage_memory(p, 0, 2, in_flight=1, asynchronous=False, settings=MemorySettings())
     assert (fp32.activation_bytes, bf16.activation_bytes) == (800, 2 * (360 / 2 + 40))
+
+
+def test_a_split_backward_holds_weighted_layers_output_gradients_between_i_and_w():
+    p = replace(layers(saved=400), layers=(layers().layers[0], replace(layers().layers[1], param_bytes=0)))
+    plain = stage_memory(p, 0, 2, in_flight=3, asynchronous=False)
+    split = stage_memory(p, 0, 2, in_flight=3, asynchronous=False, deferred=2)
+    half = stage_memory(p, 0, 2, in_flight=3, asynchronous=False, deferred=2,
+                        settings=MemorySettings(precision="bf16"))
+    # Layer 0 has weights, layer 1 none: W needs only layer 0's output gradient (50 bytes).
+    assert split.activation_bytes - plain.activation_bytes == 2 * 50
+    assert half.activation_bytes == 3 * 800 / 2 + 2 * 50 / 2
+    assert "output gradients of 2 awaiting W" in split.describe()
+
+
+def test_zb_h1_stages_hold_their_deferred_output_gradients_in_the_plan_check():
+    k = 3
+    pl = Plan(name="m", model="synthetic", minibatch_size=1, nm=4, schedule="zb-h1", sync=SyncSpec(),
+              optimizer="sgd", virtual_workers=(VirtualWorker(name="vw0", stages=tuple(
+                  StageSpec(gpu=f"node0/gpu{s}", layers=(2 * s, 2 * s + 2)) for s in range(k))),))
+    p = replace(layers(), layers=layers().layers * k)
+    memory = plan_memory(pl, cluster([k]), p)
+    for s in range(k):
+        m = memory[f"node0/gpu{s}"]
+        assert (m.in_flight, m.deferred) == (k, s + 1)         # the registry rule, reached on every stage
+        assert m.activation_bytes == k * 800 + (s + 1) * 2 * 50

@@ -70,6 +70,12 @@ def in_flight(schedule: str, n_stages: int, stage: int, nm: int) -> int:
     return schedule_kind(schedule).in_flight(n_stages, stage, nm, 1)
 
 
+def _held(schedule: str, n_stages: int, stage: int, nm: int) -> tuple[int, int]:
+    """(in flight, of them between a split backward's I and W): the registry's upper bounds."""
+    kind = schedule_kind(schedule)
+    return kind.in_flight(n_stages, stage, nm, 1), kind.deferred(n_stages, stage, nm, 1)
+
+
 def partition_ordered(profile: ModelProfile, gpus: list[GpuSlot], topology: Topology, *, nm: int,
                       schedule: str = "hetpipe", memory: MemorySettings | None = None,
                       cache: dict | None = None, tp: int = 1) -> VwPartition:
@@ -108,7 +114,7 @@ def _best_split(profile, gpus, topology, nm, schedule, memory: MemorySettings, c
             rows = slice(int(rows[0]), int(rows[-1]) + 1)
         starts = np.arange(n + 1)[rows]
         ends = np.arange(n - (k - 1 - s) + 1)              # leave a layer for every later GPU
-        flight = in_flight(schedule, k, s, nm)
+        flight = _held(schedule, k, s, nm)
         limit = _limit(profile, lanes[0][s], flight, schedule, memory, cache, tp)
         cand = _stage_matrix(profile, lanes[0], s, topology, cache, rows, len(ends), tp, memory)
         for lane in lanes[1:]:
@@ -189,7 +195,7 @@ def _stage_matrix(profile, gpus, s, topology, cache, rows, n_ends, tp: int,
     return t
 
 
-def _limit(profile, gpu: GpuSlot, flight: int, schedule: str, memory: MemorySettings, cache,
+def _limit(profile, gpu: GpuSlot, flight: tuple[int, int], schedule: str, memory: MemorySettings, cache,
            tp: int = 1) -> np.ndarray:
     key = ("limit", gpu.type.memory_bytes, gpu.type.framework_reserve_bytes, flight,
            schedule in ASYNC_SCHEDULES, memory, tp)
@@ -198,11 +204,12 @@ def _limit(profile, gpu: GpuSlot, flight: int, schedule: str, memory: MemorySett
     return cache[key]
 
 
-def _max_end(profile, gpu: GpuSlot, flight: int, schedule: str, memory: MemorySettings,
+def _max_end(profile, gpu: GpuSlot, flight: tuple[int, int], schedule: str, memory: MemorySettings,
              tp: int = 1) -> np.ndarray:
-    """For each start layer, the last end layer whose stage still fits the GPU (start if none)."""
+    """For each start layer, the last end layer whose stage still fits the GPU (start if none), holding
+    `flight` (in flight, deferred) minibatches."""
     n = profile.n_layers
-    fits = lambda lo, hi: stage_memory(profile, lo, hi, in_flight=flight,
+    fits = lambda lo, hi: stage_memory(profile, lo, hi, in_flight=flight[0], deferred=flight[1],
                                        asynchronous=schedule in ASYNC_SCHEDULES, settings=memory,
                                        reserve_bytes=gpu.type.framework_reserve_bytes,
                                        tp=tp).total_bytes <= gpu.type.memory_bytes
@@ -227,7 +234,8 @@ def _describe(profile, gpus, bounds, topology, nm, schedule, memory: MemorySetti
     wire = [profile.cut_bytes(bounds[s + 1]) * memory.activation_scale for s in range(k - 1)]
     transfer = tuple(float(_link_s(topology, gpus[s], gpus[s + 1], wire[s])) for s in range(k - 1))
     stage = stage_seconds(compute, transfer, schedule)
-    footprint = tuple(stage_memory(profile, bounds[s], bounds[s + 1], in_flight=in_flight(schedule, k, s, nm),
+    held = [_held(schedule, k, s, nm) for s in range(k)]
+    footprint = tuple(stage_memory(profile, bounds[s], bounds[s + 1], in_flight=held[s][0], deferred=held[s][1],
                                    asynchronous=schedule in ASYNC_SCHEDULES, settings=memory,
                                    reserve_bytes=gpus[s].type.framework_reserve_bytes, tp=tp).total_bytes
                       for s in range(k))
@@ -258,8 +266,8 @@ def stage_seconds(compute: tuple[float, ...] | list[float], transfer: tuple[floa
 
 def _no_fit(profile, gpus, nm, schedule, memory: MemorySettings, tp: int = 1) -> str:
     # The whole model as one stage of this schedule holds what such a stage would (1F1B: one minibatch).
-    held = in_flight(schedule, 1, 0, nm)
-    whole = stage_memory(profile, 0, profile.n_layers, in_flight=held,
+    held, deferred = _held(schedule, 1, 0, nm)
+    whole = stage_memory(profile, 0, profile.n_layers, in_flight=held, deferred=deferred,
                          asynchronous=schedule in ASYNC_SCHEDULES, settings=memory)
     have = tp * sum(g.type.memory_bytes for g in gpus)
     group = f" x TP {tp}" if tp > 1 else ""

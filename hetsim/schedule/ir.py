@@ -93,6 +93,17 @@ class Schedule:
                     peak = list(live)
         return tuple(peak)
 
+    def deferred_at_peak(self, stage: int) -> tuple[int, ...]:
+        """Per chunk, the most minibatches whose input gradient has run (I) and weight gradient (W) has
+        not, on a device at once: each holds its layers' output gradients for W. Zero outside split
+        backwards."""
+        deferred, peak = [0] * self.chunks, [0] * self.chunks
+        for action in self.stages[stage]:
+            if action.kind in ("I", "W"):
+                deferred[action.chunk] += 1 if action.kind == "I" else -1
+                peak[action.chunk] = max(peak[action.chunk], deferred[action.chunk])
+        return tuple(peak)
+
     def to_csv(self) -> str:
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")

@@ -34,6 +34,9 @@ class ScheduleKind:
     # Upper bound of the minibatch-chunks stage s of k holds at once (what the IR's in_flight reaches),
     # given (k, s, nm, chunks): the planner's memory rule before any IR exists.
     in_flight: Callable[[int, int, int, int], int] = lambda k, s, nm, v: nm
+    # Of those, an upper bound of the minibatches between a split backward's I and W at once (what the
+    # IR's deferred_at_peak reaches): each holds its output gradients for W.
+    deferred: Callable[[int, int, int, int], int] = lambda k, s, nm, v: 0
     needs_costs: bool = False       # the order is shaped by the stages' nominal costs (hetpipe)
     virtual_stages: bool = False    # a plan lists p x v stages, GPU of stage j = GPU of stage j mod p
     split_backward: bool = False    # backward runs as I (input gradient) then W (weight gradient)
@@ -67,6 +70,11 @@ def _zero_bubble_rule(k: int, s: int, nm: int, v: int) -> int:
     return min(nm, k)
 
 
+def _zero_bubble_deferred(k: int, s: int, nm: int, v: int) -> int:
+    # Stage s defers up to s weight gradients, and holds one more between each I and the W after it.
+    return min(nm, s + 1)
+
+
 REGISTRY: dict[str, ScheduleKind] = {kind.name: kind for kind in (
     ScheduleKind(name="gpipe", description="GPipe: all forwards of a wave, then all backwards; flush",
                  orders=orders.gpipe),
@@ -83,7 +91,7 @@ REGISTRY: dict[str, ScheduleKind] = {kind.name: kind for kind in (
     ScheduleKind(name="zb-h1",
                  description="ZB-H1 zero bubble: backward split into input and weight gradients; flush",
                  orders=orders.zero_bubble_h1, sync_modes=("none", "bsp"), in_flight=_zero_bubble_rule,
-                 split_backward=True),
+                 deferred=_zero_bubble_deferred, split_backward=True),
     ScheduleKind(name="1f1b-deepspeed",
                  description="DeepSpeed's pipeline engine: lockstep 1F1B steps, each transfer a blocking "
                              "rendezvous with the neighbour (blocking_p2p: a send holds its sender alone); "

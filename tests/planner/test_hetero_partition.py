@@ -12,6 +12,7 @@ from hetsim.memory import MemorySettings, stage_memory
 from hetsim.plan import ASYNC_SCHEDULES, OPTIMIZERS, PRECISIONS
 from hetsim.planner.hetero import gpu_orders, in_flight, partition_ordered, partition_vw
 from hetsim.profile import LayerProfile, ModelProfile
+from hetsim.schedule.registry import schedule_kind
 from hetsim.topology import Topology
 
 FAST, SLOW = gpu_type("fast", memory_gib=1.0), gpu_type("slow", memory_gib=0.5)
@@ -37,6 +38,7 @@ def brute_force_ordered(p, gpus, topology, nm, schedule, memory=MemorySettings()
         times = []
         for s, g in enumerate(gpus):
             mem = stage_memory(p, b[s], b[s + 1], in_flight=in_flight(schedule, k, s, nm),
+                               deferred=schedule_kind(schedule).deferred(k, s, nm, 1),
                                asynchronous=schedule in ASYNC_SCHEDULES, settings=memory)
             if mem.total_bytes > g.type.memory_bytes:
                 break

@@ -52,7 +52,11 @@ def test_every_entry_builds_valid_schedules_within_its_in_flight_rule(name, k, n
         assert s.n_stages == k and s.chunks == chunks
         for stage in range(k):
             assert s.in_flight(stage) <= kind.in_flight(k, stage, nm, chunks)
+            assert sum(s.deferred_at_peak(stage)) <= kind.deferred(k, stage, nm, chunks)
         assert any(s.in_flight(stage) == kind.in_flight(k, stage, nm, chunks) for stage in range(k))
+        # Only a split backward holds output gradients between I and W, and its rule is reached.
+        assert any(sum(s.deferred_at_peak(stage)) == kind.deferred(k, stage, nm, chunks) > 0
+                   for stage in range(k)) == kind.split_backward
         assert kind.description and not kind.description.endswith(".")
 
 
