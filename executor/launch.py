@@ -119,9 +119,9 @@ def layout_of(job: Job) -> RankLayout:
     return job_layout(job, len(_graph(job)))
 
 
-def check_fault(job: Job, layout: RankLayout) -> None:
-    """A fault to inject names a stage rank of this run and an action that rank runs (a fault that
-    never fires would test nothing)."""
+def check_fault(job: Job, layout: RankLayout, resume: int | None = None) -> None:
+    """A fault to inject names a stage rank of this run and an action that rank runs, after wave
+    `resume`'s STEP when resuming (a fault that never fires would test nothing)."""
     spec = job.options.fault_spec
     if spec is None:
         return
@@ -133,8 +133,11 @@ def check_fault(job: Job, layout: RankLayout) -> None:
         raise HetsimError(f"fault {job.options.fault!r}: {layout.describe(rank)} runs no schedule actions; "
                           "name a stage rank")
     actions = [str(a) for a in job.schedules()[role.vw].stages[role.stage]]
+    if resume is not None:
+        actions = actions[actions.index(f"STEP{resume}") + 1:]
     if action not in actions:
-        raise HetsimError(f"fault {job.options.fault!r}: {layout.describe(rank)} never runs {action} "
+        after = f" after resuming from wave {resume}" if resume is not None else ""
+        raise HetsimError(f"fault {job.options.fault!r}: {layout.describe(rank)} never runs {action}{after} "
                           f"(its actions run {actions[0]} .. {actions[-1]})")
 
 
@@ -216,7 +219,8 @@ def launch(plan: Plan | str | Path, cluster: Cluster | str | Path, model: str | 
     if options.checkpoint_dir:
         start_checkpoints(options.checkpoint_dir, fingerprint(job.plan.to_dict(), job.model, dict(job.model_kwargs)),
                           options.resume)
-        _resume_wave(job, layout)                  # nothing left to run: said here, not by every rank
+        # Nothing left to run, or a fault at an action the resumed run skips: said here, not by every rank.
+        check_fault(job, layout, _resume_wave(job, layout))
     with tempfile.TemporaryDirectory(prefix="hetsim-exec-") as tmp:
         ctx = mp.get_context("spawn")
         procs = [ctx.Process(target=_child, args=(r, layout.world_size, job, f"file://{tmp}/store", tmp),

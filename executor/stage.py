@@ -119,8 +119,11 @@ class StageModel:
         # the outputs too (a language model's logits) would keep one more logits-sized tensor per
         # minibatch in flight. (A split backward still keeps every weighted layer's output, the head's too.)
         kept = () if self.is_last else outputs
-        self.inflight[mb] = InFlight(self.version, self.weights, leaves, inputs, kept, loss,
-                                     self.module.layer_outputs)
+        layer_outputs = self.module.layer_outputs
+        if self.is_last and layer_outputs:
+            # Nor do its weight gradients need the head's output: W starts the head from the loss.
+            layer_outputs[-1] = None
+        self.inflight[mb] = InFlight(self.version, self.weights, leaves, inputs, kept, loss, layer_outputs)
         self.module.layer_outputs = []
         live = {r.version for r in self.inflight.values()} | {self.version}
         self.peak_versions = max(self.peak_versions, len(live))
@@ -170,9 +173,12 @@ class StageModel:
         grads: list[torch.Tensor | None] = [None] * len(rec.leaves)
         if self.sum_in_backward:            # every leaf, those of layers with no gradient included
             self._preset_sums(rec.leaves, range(len(rec.leaves)))
+        head = len(rec.layer_outputs) - 1 if self.is_last else None
         for layer, (out, g) in enumerate(zip(rec.layer_outputs, rec.layer_grads)):
             mine = [j for j, l in enumerate(self._layer_of) if l == layer]
-            if not mine or g is None:
+            if layer == head:
+                out, g = rec.loss, None           # last, so the loss's graph is not needed after it
+            if not mine or out is None or (g is None and layer != head):
                 continue
             if self.sum_in_backward:
                 torch.autograd.backward(out, g, inputs=[rec.leaves[j] for j in mine])

@@ -19,7 +19,10 @@ size. A mask that TP splits (attention dropout's) is halved with the rest, an ap
 With activation recomputation a stage keeps only each layer's input per minibatch in flight, plus one
 layer's full saved set while that layer's backward recomputes it. A split backward (zero bubble) also
 keeps, for each minibatch between its input gradient (I) and its weight gradient (W), the gradient of
-every weighted layer's output, which W multiplies with that layer's saved input.
+every weighted layer's output, which W multiplies with that layer's saved input; but the model's last
+layer, whose W starts from the loss (as the executor's does), keeps none, so the logits' gradient is
+not held. (The executor also keeps each weighted layer's output from F to W, which the count takes as
+saved by the layer after it: true of a linear or convolution before a norm, not before a ReLU.)
 """
 
 from __future__ import annotations
@@ -108,7 +111,9 @@ def stage_memory(profile: ModelProfile, lo: int, hi: int, *, in_flight: int, asy
         state += params                                          # FP32 master weights
     versions = max(1, in_flight) if asynchronous else 1
     per_minibatch = _saved_per_minibatch(profile, lo, hi, tp, settings.recompute, half)
-    output_grads = sum(l.output_bytes for l in profile.layers[lo:hi] if l.param_bytes) / (2 if half else 1)
+    head = profile.n_layers - 1
+    output_grads = sum(profile.layers[i].output_bytes for i in range(lo, hi)
+                       if profile.layers[i].param_bytes and i != head) / (2 if half else 1)
     activations = (per_minibatch * in_flight + _recompute_peak(profile, lo, hi, tp, settings, in_flight)
                    + output_grads * deferred)
     return StageMemory(weights_bytes=int(weights), gradient_bytes=int(params),

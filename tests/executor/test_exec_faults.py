@@ -63,6 +63,9 @@ def test_resume_from_the_last_wave_checkpoint_gives_the_same_losses(tmp_path, op
         run(plan, waves=5, checkpoint_dir=str(tmp_path), fault="1:F5:die")    # dies in wave 2
     assert sorted(p.name for p in tmp_path.glob("*.pt")) == [
         "rank0_wave0.pt", "rank0_wave1.pt", "rank1_wave0.pt", "rank1_wave1.pt"]
+    # Resuming skips waves 0 and 1: a fault at their F1 would never fire, and is refused up front.
+    with pytest.raises(HetsimError, match=r"^fault '1:F1:die': rank 1 .* never runs F1 after resuming from wave 1 "):
+        run(plan, waves=5, checkpoint_dir=str(tmp_path), resume=True, fault="1:F1:die")
     resumed = run(plan, waves=5, checkpoint_dir=str(tmp_path), resume=True)
     got = {mb: loss for _, mb, loss in resumed.training["losses"]}
     assert sorted(got) == [4, 5, 6, 7, 8, 9]                                   # waves 2, 3, 4

@@ -30,6 +30,13 @@ def test_input_then_weight_gradient_equal_one_backward(lo, hi):
     want_in = full.backward(0, grad_out, need_input_grads=True)
     got_in = split.backward_input(0, grad_out, need_input_grads=True)
     assert 0 not in split.grads                     # no weight gradient yet
+    held = split.inflight[0]
+    # Kept for W: weighted layers' outputs and their gradients, but never the head's on the last stage
+    # (its W starts from the loss, which keeps what it needs); ReLUs have no weights.
+    weighted = [i - lo for i in split.module.weighted]
+    last = hi - lo - 1 if split.is_last else None
+    assert [i for i, o in enumerate(held.layer_outputs) if o is not None] == [i for i in weighted if i != last]
+    assert [i for i, g in enumerate(held.layer_grads) if g is not None] == [i for i in weighted if i != last]
     split.backward_weight(0)
     assert len(got_in) == len(want_in) and all(torch.allclose(a, b, atol=1e-6) for a, b in zip(got_in, want_in))
     assert len(split.grads[0]) == len(full.grads[0]) > 0
