@@ -117,7 +117,7 @@ class StageModel:
         loss = self.loss_fn(outputs[0], labels) if self.is_last else None    # per sample or per token
         # The last stage's backward starts from the loss, whose graph keeps what it needs: holding
         # the outputs too (a language model's logits) would keep one more logits-sized tensor per
-        # minibatch in flight. (A split backward still keeps every weighted layer's output, the head's too.)
+        # minibatch in flight. (A split backward keeps every weighted layer's output but the head's.)
         kept = () if self.is_last else outputs
         layer_outputs = self.module.layer_outputs
         if self.is_last and layer_outputs:

@@ -42,6 +42,8 @@ __all__ = ["TargetFit", "ConvergenceModel", "Dynamics", "TimeToTarget", "Observa
            "rank_by_time", "format_time_to_accuracy", "attach_time_to_accuracy", "rank_plans"]
 
 _FILE = "convergence.yaml"
+_FIT_HINT = ("experiments/time_to_accuracy/fit.py fits an entry from executor runs (the mlp's as shipped; set its "
+             "MODEL, TASK, FIT_ON and the runs of run.py for another)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,6 +77,9 @@ class ConvergenceModel:
     # The fitted model's parameter bytes (modelzoo's count): a profile of the same name but another
     # size (another width or depth) is another model, which the constants do not describe.
     param_bytes: int | None = None
+    # The smallest and largest update batch among the fit's runs: outside them the batch term is
+    # extrapolated (and far above them its slope can put a lower target before a higher one).
+    update_batches: tuple[int, int] | None = None
 
     def at(self, target: float | None) -> TargetFit:
         target = self.default_target if target is None else target
@@ -128,24 +133,38 @@ def load_convergence(model: str, task: str = "teacher", path: str | Path | None 
 
 def _entry(f) -> ConvergenceModel:
     f.reject_unknown({"model", "task", "minibatch_size", "smoothing", "default_target", "targets",
-                      "trained_with", "source", "param_bytes"})
+                      "trained_with", "source", "param_bytes", "update_batches"})
     targets = []
-    for t in f.records("targets"):
+    for k, t in enumerate(f.records("targets")):
         t.reject_unknown({"loss", "samples_min", "noise_batch", "staleness_cost", "async_cost"})
         targets.append(TargetFit(loss=t.number("loss", positive=True),
                                  samples_min=t.number("samples_min", positive=True),
                                  noise_batch=t.number("noise_batch", None, positive=True),
                                  staleness_cost=t.number("staleness_cost", nonnegative=True),
                                  async_cost=t.number("async_cost", 0.0, nonnegative=True)))
+        if any(math.isclose(targets[-1].loss, other.loss) for other in targets[:-1]):
+            raise f.error(f"targets[{k}].loss", f"{targets[-1].loss:g} is fitted twice")
     model = ConvergenceModel(model=f.text("model"), task=f.text("task"),
                              minibatch_size=f.number("minibatch_size", positive=True, integer=True),
                              smoothing=f.number("smoothing", positive=True, integer=True),
                              default_target=f.number("default_target", positive=True), targets=tuple(targets),
-                             trained_with=dict(f.raw("trained_with", {})), source=f.text("source", ""),
-                             param_bytes=f.number("param_bytes", None, positive=True, integer=True))
+                             trained_with=dict(f.sub("trained_with", {}).data if f.has("trained_with") else {}),
+                             source=f.text("source", ""),
+                             param_bytes=f.number("param_bytes", None, positive=True, integer=True),
+                             update_batches=_batch_range(f))
     if not any(math.isclose(t.loss, model.default_target) for t in targets):
         raise f.error("default_target", f"{model.default_target:g} is not among the targets' losses")
     return model
+
+
+def _batch_range(f) -> tuple[int, int] | None:
+    pair = f.list("update_batches", None)
+    if pair is None:
+        return None
+    if not (len(pair) == 2 and all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in pair)
+            and pair[0] <= pair[1]):
+        raise f.error("update_batches", f"expected [smallest, largest] update batch of the fit's runs, got {pair!r}")
+    return pair[0], pair[1]
 
 
 # the model ---------------------------------------------------------------------------------------
@@ -181,6 +200,9 @@ def vw_busy(gpus) -> dict[str, float]:
 
 def samples_to_target(fit: TargetFit, update_batch: float, staleness: float, async_vws: float = 1.0) -> float:
     """Samples (over every VW) to reach fit.loss: the module docstring's formula."""
+    if not (update_batch >= 0 and staleness >= 0 and async_vws >= 1):
+        raise HetsimError(f"samples_to_target: update_batch and staleness must be >= 0 and async_vws >= 1; "
+                          f"got {update_batch}, {staleness}, {async_vws}")
     batch_factor = 1.0 if fit.noise_batch is None else 1.0 + update_batch / fit.noise_batch
     return (fit.samples_min * batch_factor * (1.0 + fit.staleness_cost * staleness)
             * (1.0 + fit.async_cost * (async_vws - 1)))
@@ -191,7 +213,7 @@ def time_to_target(model: ConvergenceModel, report, target: float | None = None,
     """Predicted time to `target` (default: the entry's) of a report: samples from the model at the
     report's update batch and staleness, over its samples per second (or `samples_per_s`)."""
     rate = report.throughput["samples_per_s"] if samples_per_s is None else samples_per_s
-    if not rate > 0:
+    if not 0 < rate < math.inf:
         raise HetsimError(f"time to accuracy: plan {report.plan['name']} has no throughput ({rate} samples/s)")
     dyn = dynamics_of(report.plan, report.staleness, vw_busy(report.gpus))
     return time_at(model.at(target), dyn, rate, report.plan["minibatch_size"])
@@ -303,7 +325,7 @@ def optimizer_mismatch(model: ConvergenceModel, optimizer: str | None) -> str:
     if fitted is None or fitted == planned:
         return ""
     return (f"the {model.model}/{model.task} entry of gpu_profiles/{_FILE} was fitted on runs training with "
-            f"{fitted}, and the plan trains with {planned}; fit one for it with experiments/time_to_accuracy/fit.py")
+            f"{fitted}, and the plan trains with {planned}; {_FIT_HINT}")
 
 
 def batch_note(model: ConvergenceModel, minibatch: int) -> str:
@@ -323,8 +345,23 @@ def size_note(model: ConvergenceModel, param_bytes: int | None) -> str:
             f"(another width or depth); its constants are not known to hold there")
 
 
-def _notes(model: ConvergenceModel, minibatch: int, param_bytes: int | None) -> list[str]:
-    return [n for n in (size_note(model, param_bytes), batch_note(model, minibatch)) if n]
+def range_note(model: ConvergenceModel, update_batches: Iterable[int]) -> str:
+    """A caution where an update batch lies outside those the entry was fitted on, or ""."""
+    if model.update_batches is None:
+        return ""
+    lo, hi = model.update_batches
+    outside = sorted({b for b in update_batches if not lo <= b <= hi})
+    if not outside:
+        return ""
+    return (f"time to accuracy: update batch {', '.join(map(str, outside))} lies outside the {lo}-{hi} the "
+            f"{model.model}/{model.task} entry was fitted on; its batch term is extrapolated there, and far above "
+            "that range it can even put a lower target loss before a higher one")
+
+
+def _notes(model: ConvergenceModel, minibatch: int, param_bytes: int | None,
+           update_batches: Iterable[int] = ()) -> list[str]:
+    return [n for n in (size_note(model, param_bytes), batch_note(model, minibatch),
+                        range_note(model, update_batches)) if n]
 
 
 # what the CLI calls ------------------------------------------------------------------------------
@@ -337,7 +374,7 @@ def attach_time_to_accuracy(report, target: float | None = None, path: str | Pat
     if model is None:
         if target is not None:
             raise HetsimError(f"--target-loss: no convergence entry for model {report.model!r} in "
-                              f"gpu_profiles/{_FILE}; fit one with experiments/time_to_accuracy/fit.py")
+                              f"gpu_profiles/{_FILE}; {_FIT_HINT}")
         return
     mismatch = optimizer_mismatch(model, report.plan.get("optimizer"))
     if mismatch:
@@ -346,7 +383,7 @@ def attach_time_to_accuracy(report, target: float | None = None, path: str | Pat
         return
     ttt = time_to_target(model, report, target)
     report.time_to_accuracy = {**ttt.to_dict(), "entry": f"{model.model}/{model.task}"}
-    report.notes.extend(_notes(model, report.plan["minibatch_size"], param_bytes))
+    report.notes.extend(_notes(model, report.plan["minibatch_size"], param_bytes, [ttt.dynamics.update_batch]))
 
 
 def rank_plans(result, cluster, profile, space, target: float | None = None, path: str | Path | None = None):
@@ -358,7 +395,7 @@ def rank_plans(result, cluster, profile, space, target: float | None = None, pat
     model = load_convergence(profile.model, path=path)
     if model is None:
         raise HetsimError(f"--objective time-to-accuracy: no convergence entry for model {profile.model!r} in "
-                          f"gpu_profiles/{_FILE}; fit one with experiments/time_to_accuracy/fit.py")
+                          f"gpu_profiles/{_FILE}; {_FIT_HINT}")
     mismatch = optimizer_mismatch(model, space.optimizer)
     if mismatch:
         raise HetsimError(f"--objective time-to-accuracy: {mismatch}")
@@ -372,7 +409,8 @@ def rank_plans(result, cluster, profile, space, target: float | None = None, pat
              for c in simulated]
     ranked = rank_by_time(timed)
     rest = [c for c in result.candidates if c.simulated_mb_s is None]
-    table = [f"note: {note}" for note in _notes(model, profile.batch_size, profile.param_bytes)] + [
+    batches = [c.dynamics.update_batch for c, _ in timed]
+    table = [f"note: {note}" for note in _notes(model, profile.batch_size, profile.param_bytes, batches)] + [
              f"time to loss {fit.loss:g} ({model.model}/{model.task}, hetsim.convergence): "
              "simulated plans, fastest first",
              f"{'#':>3} {'policy':<18}{'Nm':>3}{'D':>3}{'samples/s':>11}{'staleness':>10}{'minibatches':>12}"

@@ -115,6 +115,40 @@ def test_a_malformed_entry_names_the_field(tmp_path):
         load_convergence("m", path=path)
 
 
+@pytest.mark.parametrize("extra,message", [
+    ("    trained_with: momentum\n", r"trained_with: expected a mapping"),
+    ("    update_batches: [512, 128]\n", r"update_batches: expected \[smallest, largest\]"),
+    ("", r"targets\[1\]\.loss: 1 is fitted twice"),
+])
+def test_a_malformed_entry_is_one_line_naming_its_field(tmp_path, extra, message):
+    twice = "      - {loss: 1.0, samples_min: 7, staleness_cost: 0}\n" if not extra else ""
+    path = tmp_path / "convergence.yaml"
+    path.write_text("entries:\n  - model: m\n    task: teacher\n    minibatch_size: 8\n    smoothing: 4\n"
+                    "    default_target: 1.0\n" + extra + "    targets:\n"
+                    "      - {loss: 1.0, samples_min: 5, staleness_cost: 0}\n" + twice)
+    with pytest.raises(SpecError, match=message):
+        load_convergence("m", path=path)
+
+
+def test_update_batches_outside_the_fitted_range_are_named():
+    from dataclasses import replace
+    from hetsim.convergence import range_note
+    model = load_convergence("mlp")
+    assert model.update_batches == (128, 512)
+    assert range_note(model, [128, 256, 512]) == ""
+    assert "update batch 1024, 4096 lies outside the 128-512" in range_note(model, [512, 1024, 4096])
+    assert range_note(replace(model, update_batches=None), [4096]) == ""
+
+
+def test_samples_and_time_refuse_what_has_no_meaning():
+    fit = TargetFit(loss=1.0, samples_min=1000.0, noise_batch=100.0, staleness_cost=0.1, async_cost=0.5)
+    for args in [(-128, 0, 1), (128, -1, 1), (128, 0, 0.5), (128, math.nan, 1)]:
+        with pytest.raises(HetsimError, match="samples_to_target"):
+            samples_to_target(fit, *args)
+    with pytest.raises(HetsimError, match="has no throughput"):
+        time_to_target(_model(0.0), _simulated("gpipe"), samples_per_s=math.inf)
+
+
 # ranking by time to accuracy, on simulated reports --------------------------------------------------
 CPU = GpuType(name="cpu", display_name="CPU", memory_bytes=8 * GIB, memory_bandwidth_Bps=1e10,
               peak_fp32_flops=1e11, peak_fp16_flops=1e11, sources=("test",))

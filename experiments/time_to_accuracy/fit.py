@@ -57,6 +57,7 @@ def observations(runs: list[dict], target: float, staleness: str = "predicted") 
 def fit_entry(runs: list[dict], staleness: str = "predicted") -> ConvergenceModel:
     fitted = [r for r in runs if r["name"] in FIT_ON]
     batch = fitted[0]["plan"]["minibatch_size"]
+    batches = [dynamics(r, staleness).update_batch for r in fitted]
     return ConvergenceModel(
         model=MODEL, task=TASK, minibatch_size=batch, smoothing=SMOOTHING, default_target=DEFAULT_TARGET,
         targets=tuple(fit_target(t, observations(fitted, t, staleness)) for t in TARGETS),
@@ -64,7 +65,8 @@ def fit_entry(runs: list[dict], staleness: str = "predicted") -> ConvergenceMode
                       "data": f"teacher (executor.data), seeds {sorted({r.get('seed', 0) for r in fitted})}"},
         source=(f"experiments/time_to_accuracy/fit.py from executor runs of {', '.join(r['name'] for r in fitted)} "
                 f"(minibatches measured, staleness {staleness})"),
-        param_bytes=counted_profile(MODEL, batch, **MODEL_KWARGS)[0].param_bytes)
+        param_bytes=counted_profile(MODEL, batch, **MODEL_KWARGS)[0].param_bytes,
+        update_batches=(min(batches), max(batches)))
 
 
 def write_entry(model: ConvergenceModel, path: Path | None = None) -> Path:
@@ -75,7 +77,7 @@ def write_entry(model: ConvergenceModel, path: Path | None = None) -> Path:
     entries.append({
         "model": model.model, "task": model.task, "minibatch_size": model.minibatch_size,
         "smoothing": model.smoothing, "default_target": model.default_target, "trained_with": model.trained_with,
-        "param_bytes": model.param_bytes, "source": model.source,
+        "param_bytes": model.param_bytes, "update_batches": list(model.update_batches), "source": model.source,
         "targets": [{"loss": t.loss, "samples_min": round(t.samples_min, 1),
                      "noise_batch": None if t.noise_batch is None else round(t.noise_batch, 1),
                      "staleness_cost": round(t.staleness_cost, 4), "async_cost": round(t.async_cost, 4)}
