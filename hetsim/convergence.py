@@ -148,7 +148,7 @@ def _entry(f) -> ConvergenceModel:
                              minibatch_size=f.number("minibatch_size", positive=True, integer=True),
                              smoothing=f.number("smoothing", positive=True, integer=True),
                              default_target=f.number("default_target", positive=True), targets=tuple(targets),
-                             trained_with=dict(f.sub("trained_with", {}).data if f.has("trained_with") else {}),
+                             trained_with=dict(f.sub("trained_with").data) if f.has("trained_with") else {},
                              source=f.text("source", ""),
                              param_bytes=f.number("param_bytes", None, positive=True, integer=True),
                              update_batches=_batch_range(f))
