@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from hetsim.errors import HetsimError, SpecError
+from hetsim.fields import is_whole
 from hetsim.plan import ASYNC_SCHEDULES
 
 __all__ = ["TargetFit", "ConvergenceModel", "Dynamics", "TimeToTarget", "Observation", "load_convergence",
@@ -161,7 +162,7 @@ def _batch_range(f) -> tuple[int, int] | None:
     pair = f.list("update_batches", None)
     if pair is None:
         return None
-    if not (len(pair) == 2 and all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in pair)
+    if not (len(pair) == 2 and all(is_whole(b) and b > 0 for b in pair)
             and pair[0] <= pair[1]):
         raise f.error("update_batches", f"expected [smallest, largest] update batch of the fit's runs, got {pair!r}")
     return pair[0], pair[1]

@@ -107,7 +107,7 @@ def test_whether_a_plan_fits_is_the_steady_states_not_a_short_schedules():
 
 
 def test_a_tensor_a_layer_further_back_saves_too_is_kept_once_only_when_both_are_in_the_stage():
-    p = replace(profile(4, 0.01, 0.02, param_bytes=P, out_bytes=50))
+    p = profile(4, 0.01, 0.02, param_bytes=P, out_bytes=50)
     p = replace(p, layers=tuple(replace(l, saved_bytes=400) for l in p.layers))
     p = replace(p, layers=(*p.layers[:3], replace(p.layers[3], saved_shared_earlier=((1, 120),))))
     held = lambda lo, hi: stage_memory(p, lo, hi, in_flight=1, asynchronous=False).activation_bytes

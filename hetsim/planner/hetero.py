@@ -29,7 +29,7 @@ from hetsim.profile import ModelProfile
 from hetsim.schedule.registry import schedule_kind
 from hetsim.topology import Topology
 
-__all__ = ["VwPartition", "in_flight", "partition_ordered", "partition_vw", "partition_aligned", "gpu_orders"]
+__all__ = ["VwPartition", "held", "partition_ordered", "partition_vw", "partition_aligned", "gpu_orders"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,14 +64,10 @@ class VwPartition:
         return tuple(zip(self.boundaries[:-1], self.boundaries[1:]))
 
 
-def in_flight(schedule: str, n_stages: int, stage: int, nm: int) -> int:
-    """Minibatches a stage may hold at once, an upper bound of what the schedule IR reaches: the
-    schedule's in-flight rule in hetsim.schedule.registry (one model chunk per stage)."""
-    return schedule_kind(schedule).in_flight(n_stages, stage, nm, 1)
-
-
-def _held(schedule: str, n_stages: int, stage: int, nm: int) -> tuple[int, int]:
-    """(in flight, of them between a split backward's I and W): the registry's upper bounds."""
+def held(schedule: str, n_stages: int, stage: int, nm: int) -> tuple[int, int]:
+    """(minibatches a stage may hold at once, of them between a split backward's I and W): upper
+    bounds of what the schedule IR reaches, the schedule's in-flight and deferred rules in
+    hetsim.schedule.registry (one model chunk per stage)."""
     kind = schedule_kind(schedule)
     return kind.in_flight(n_stages, stage, nm, 1), kind.deferred(n_stages, stage, nm, 1)
 
@@ -114,7 +110,7 @@ def _best_split(profile, gpus, topology, nm, schedule, memory: MemorySettings, c
             rows = slice(int(rows[0]), int(rows[-1]) + 1)
         starts = np.arange(n + 1)[rows]
         ends = np.arange(n - (k - 1 - s) + 1)              # leave a layer for every later GPU
-        flight = _held(schedule, k, s, nm)
+        flight = held(schedule, k, s, nm)
         limit = _limit(profile, lanes[0][s], flight, schedule, memory, cache, tp)
         cand = _stage_matrix(profile, lanes[0], s, topology, cache, rows, len(ends), tp, memory)
         for lane in lanes[1:]:
@@ -234,8 +230,8 @@ def _describe(profile, gpus, bounds, topology, nm, schedule, memory: MemorySetti
     wire = [profile.cut_bytes(bounds[s + 1]) * memory.activation_scale for s in range(k - 1)]
     transfer = tuple(float(_link_s(topology, gpus[s], gpus[s + 1], wire[s])) for s in range(k - 1))
     stage = stage_seconds(compute, transfer, schedule)
-    held = [_held(schedule, k, s, nm) for s in range(k)]
-    footprint = tuple(stage_memory(profile, bounds[s], bounds[s + 1], in_flight=held[s][0], deferred=held[s][1],
+    bound = [held(schedule, k, s, nm) for s in range(k)]
+    footprint = tuple(stage_memory(profile, bounds[s], bounds[s + 1], in_flight=bound[s][0], deferred=bound[s][1],
                                    asynchronous=schedule in ASYNC_SCHEDULES, settings=memory,
                                    reserve_bytes=gpus[s].type.framework_reserve_bytes, tp=tp).total_bytes
                       for s in range(k))
@@ -266,8 +262,8 @@ def stage_seconds(compute: tuple[float, ...] | list[float], transfer: tuple[floa
 
 def _no_fit(profile, gpus, nm, schedule, memory: MemorySettings, tp: int = 1) -> str:
     # The whole model as one stage of this schedule holds what such a stage would (1F1B: one minibatch).
-    held, deferred = _held(schedule, 1, 0, nm)
-    whole = stage_memory(profile, 0, profile.n_layers, in_flight=held, deferred=deferred,
+    flight, deferred = held(schedule, 1, 0, nm)
+    whole = stage_memory(profile, 0, profile.n_layers, in_flight=flight, deferred=deferred,
                          asynchronous=schedule in ASYNC_SCHEDULES, settings=memory)
     have = tp * sum(g.type.memory_bytes for g in gpus)
     group = f" x TP {tp}" if tp > 1 else ""
@@ -275,7 +271,7 @@ def _no_fit(profile, gpus, nm, schedule, memory: MemorySettings, tp: int = 1) ->
     hints = (["lower Nm"] if nm > 1 else []) + ["add GPUs", "raise tensor parallelism (--tp)"] + (
         [] if memory.recompute else ["recompute activations (--recompute)"])
     return (f"{profile.model} (minibatch {profile.batch_size}, Nm={nm}) does not fit {names}: every split "
-            f"leaves a stage over its GPU's memory (on one GPU, holding {held} minibatch(es), it would need "
+            f"leaves a stage over its GPU's memory (on one GPU, holding {flight} minibatch(es), it would need "
             f"{whole.total_bytes / GIB:.2f} GiB; these GPUs have {have / GIB:.1f} GiB together); "
             f"{', '.join(hints[:-1])} or {hints[-1]}")
 

@@ -10,9 +10,8 @@ from conftest import cluster, gpu_type
 from hetsim.errors import PlanError
 from hetsim.memory import MemorySettings, stage_memory
 from hetsim.plan import ASYNC_SCHEDULES, OPTIMIZERS, PRECISIONS
-from hetsim.planner.hetero import gpu_orders, in_flight, partition_ordered, partition_vw
+from hetsim.planner.hetero import gpu_orders, held, partition_ordered, partition_vw
 from hetsim.profile import LayerProfile, ModelProfile
-from hetsim.schedule.registry import schedule_kind
 from hetsim.topology import Topology
 
 FAST, SLOW = gpu_type("fast", memory_gib=1.0), gpu_type("slow", memory_gib=0.5)
@@ -37,8 +36,8 @@ def brute_force_ordered(p, gpus, topology, nm, schedule, memory=MemorySettings()
         b = (0, *inner, n)
         times = []
         for s, g in enumerate(gpus):
-            mem = stage_memory(p, b[s], b[s + 1], in_flight=in_flight(schedule, k, s, nm),
-                               deferred=schedule_kind(schedule).deferred(k, s, nm, 1),
+            flight, deferred = held(schedule, k, s, nm)
+            mem = stage_memory(p, b[s], b[s + 1], in_flight=flight, deferred=deferred,
                                asynchronous=schedule in ASYNC_SCHEDULES, settings=memory)
             if mem.total_bytes > g.type.memory_bytes:
                 break
@@ -191,7 +190,7 @@ def test_in_flight_bounds_what_the_schedule_holds(k, nm, costs, schedule):
     from hetsim.schedule import build_schedule
     built = build_schedule(schedule, k, nm, 4, "none", tuple(costs[:k]) if schedule == "hetpipe" else None)
     for s in range(k):
-        assert built.in_flight(s) <= in_flight(schedule, k, s, nm)
+        assert built.in_flight(s) <= held(schedule, k, s, nm)[0]
 
 
 def test_beyond_max_orders_a_swap_search_still_finds_a_balanced_order():
