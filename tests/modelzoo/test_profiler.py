@@ -1,5 +1,8 @@
+import time
+
 import pytest
 import torch
+from torch import nn
 
 from modelzoo import build, layer_graph
 from modelzoo.profiler import measure_graph_profile, measure_profile, whole_model_forward_s
@@ -37,17 +40,45 @@ def test_threads_are_set_for_the_measurement_and_restored():
     assert torch.get_num_threads() == before
 
 
-def test_sum_of_layer_forward_times_is_within_15_percent_of_a_whole_model_forward():
+class _Sleep(nn.Module):
+    """A layer whose forward takes a known time whatever else shares the CPU (sleeping needs no core)."""
+
+    def __init__(self, seconds: float):
+        super().__init__()
+        self.seconds = seconds
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        time.sleep(self.seconds)
+        return x * 1.0
+
+
+def test_each_layer_is_timed_alone_and_the_layer_times_add_up_to_the_whole_forward():
+    sleeps = [0.004, 0.012, 0.020]
+    graph = layer_graph(nn.Sequential(*(_Sleep(s) for s in sleeps)), leaf_modules=(_Sleep,))
+    x = torch.ones(2, 3)
+    profile = measure_graph_profile(graph, x, repeats=3, warmup=1, statistic="min")
+    forward = [l.fwd_s["cpu"] for l in profile.layers]
+    # A sleep never ends early, and a late wake-up on all three passes of 4 ms or more is not seen
+    # on a loaded 2-core runner; attributing one layer's time to another would be off by >= 8 ms.
+    assert all(s <= f < s + 0.004 for s, f in zip(sleeps, forward)), forward
+    whole = whole_model_forward_s(graph, x, repeats=3, warmup=1, statistic="min")
+    assert sum(forward) == pytest.approx(whole, rel=0.1)
+
+
+def test_sum_of_layer_forward_times_of_a_real_model_is_near_a_whole_model_forward():
     model, x = build("vgg11", batch=4, image_size=64)
     graph = layer_graph(model)
-    # Rounds interleave the two measurements so that a slow spell on a shared machine falls on both
-    # sides; the minimum over them estimates the uncontended time (other jobs only ever add time).
+    # Only gross errors are caught here, such as backward work timed in a forward (about x3): how
+    # closely a CNN's layers add up depends on the CPU's caches and memory bandwidth, which a shared
+    # runner's neighbours take (x1.0 on a quiet host, x1.2 seen on a loaded one), so the ratio is
+    # printed by benchmarks/bench_profile.py instead. Rounds interleave the two measurements so that
+    # a slow spell falls on both sides; minima estimate the uncontended times.
     layers_s, whole_s = [], []
     for _ in range(4):
         profile = measure_graph_profile(graph, x, repeats=3, warmup=1, threads=1, statistic="min")
         layers_s.append(sum(l.fwd_s["cpu"] for l in profile.layers))
         whole_s.append(whole_model_forward_s(graph, x, repeats=3, warmup=1, threads=1, statistic="min"))
-    assert min(layers_s) == pytest.approx(min(whole_s), rel=0.15)
+    assert 1 / 1.5 < min(layers_s) / min(whole_s) < 1.5
 
 
 def test_bad_repeat_counts_are_rejected():
