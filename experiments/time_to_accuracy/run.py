@@ -39,6 +39,7 @@ from hetsim.convergence import crossing, samples_to_target, vw_busy  # noqa: E40
 from hetsim.plan import Plan, StageSpec, SyncSpec, VirtualWorker  # noqa: E402
 
 BATCH, CUTS = 128, (0, 3, 7)       # the mlp's 7 layers cut into halves of ~1.05 M weights each
+LOPSIDED = (0, 1, 7)               # the first layer (66 k weights) alone, then the rest: a VW ~2x slower
 PROFILE_REPEATS = 15               # passes per profile around a run, as the CPU validation suite takes
 MEDIAN_TOL = 10.0
 
@@ -51,18 +52,21 @@ class Case:
     quick: bool = False
 
 
-def _plan(name: str, n_vw: int, nm: int, schedule: str, sync: SyncSpec = SyncSpec()) -> Plan:
+def _plan(name: str, n_vw: int, nm: int, schedule: str, sync: SyncSpec = SyncSpec(),
+          cuts: dict[int, tuple[int, ...]] | None = None) -> Plan:
+    """`cuts`: VW index -> its cuts, where not CUTS."""
     gpus = iter(range(100))
     vws = tuple(VirtualWorker(name=f"vw{v}", stages=tuple(
-        StageSpec(gpu=f"host/gpu{next(gpus)}", layers=(CUTS[s], CUTS[s + 1])) for s in range(len(CUTS) - 1)))
-        for v in range(n_vw))
+        StageSpec(gpu=f"host/gpu{next(gpus)}", layers=(c[s], c[s + 1])) for s in range(len(c) - 1)))
+        for v, c in ((v, (cuts or {}).get(v, CUTS)) for v in range(n_vw)))
     return Plan(name=name, model=MODEL, minibatch_size=BATCH, nm=nm, schedule=schedule, sync=sync,
                 virtual_workers=vws)
 
 
 def cases() -> list[Case]:
     """Two-stage pipelines of the mlp: one VW (asynchronous 1F1B; GPipe's flush of 4), and two VWs under
-    WSP with D in {0, 1, 2, 4}, WSP with one VW slowed 2x (a straggler), and BSP."""
+    WSP with D in {0, 1, 2, 4}, WSP with one VW slowed 2x (a straggler, at D = 2 and D = 0), BSP, and
+    WSP (D = 2) with one VW slowed by its cut instead."""
     wsp = lambda d: SyncSpec(mode="wsp", staleness_bound=d)
     return [
         Case(plan=_plan("vw1_1f1b_nm2", 1, 2, "1f1b"), waves=100, quick=True),
@@ -74,6 +78,10 @@ def cases() -> list[Case]:
         Case(plan=_plan("wsp_d2_straggler", 2, 2, "1f1b", wsp(2)), waves=150, quick=True,
              slowdown={"host/gpu2": 2.0, "host/gpu3": 2.0}),
         Case(plan=_plan("bsp", 2, 2, "1f1b-flush", SyncSpec(mode="bsp")), waves=110),
+        # VWs of unequal pace beyond the fitted straggler: held back, they check V's pace weighting.
+        Case(plan=_plan("wsp_d0_straggler", 2, 2, "1f1b", wsp(0)), waves=150,
+             slowdown={"host/gpu2": 2.0, "host/gpu3": 2.0}),
+        Case(plan=_plan("wsp_d2_lopsided", 2, 2, "1f1b", wsp(2), cuts={1: LOPSIDED}), waves=150),
     ]
 
 
