@@ -8,12 +8,14 @@ import importlib.util
 import sys
 from pathlib import Path
 
+import pytest
+
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 
 
-def load(name: str):
-    """experiments/NAME/run.py as a module (the scripts are not a package)."""
-    spec = importlib.util.spec_from_file_location(f"{name}_experiment", EXPERIMENTS / name / "run.py")
+def load(name: str, script: str = "run.py"):
+    """experiments/NAME/SCRIPT as a module (the scripts are not a package)."""
+    spec = importlib.util.spec_from_file_location(f"{name}_{Path(script).stem}_experiment", EXPERIMENTS / name / script)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module            # dataclasses look their module up there
     spec.loader.exec_module(module)
@@ -117,3 +119,22 @@ def test_time_to_accuracy_gives_the_simulators_share_of_the_rate_error_only_wher
     # The medians compared, as the rate error compares them: 110 against 100.
     assert module.rate_at_measured_work([run(100.0, 110.0), run(200.0, 190.0), run(100.0, 104.0)]) == 10.0
     assert module.rate_at_measured_work([run(100.0, 110.0), run(100.0, None)]) is None
+
+
+def test_local_staleness_weighs_the_stale_first_stage_by_its_weights_and_its_fit_recovers_known_costs():
+    module = load("time_to_accuracy", "local_staleness.py")
+    weights = [1, 0, 3, 0, 4]                # the first stage of (0, 1) holds 1 of 8, of (0, 3) 4 of 8
+    run = lambda cuts: {"name": "x", "plan": {
+        "schedule": "1f1b", "nm": 2, "minibatch_size": 128, "sync": {"mode": "none"},
+        "virtual_workers": [{"name": f"vw{v}", "stages": [{"layers": [0, c]}, {"layers": [c, 5]}]}
+                            for v, c in enumerate(cuts)]},
+        "predicted": {"staleness": {"local": {"mean": 0.5}}}}
+    assert module.features(run([1]), weights) == (128, 0.125, 0.0, 1.0)
+    assert module.features(run([3]), weights) == (128, 0.5, 0.0, 1.0)
+    assert module.features(run([1, 3]), weights)[1] == 0.3125      # the VWs' mean
+    # Observations made by the formula itself: the fit finds them again.
+    truth = [900.0, 100.0, 1.5, 0.2, 2.0]
+    points = [(128, 0, 0, 1), (512, 0, 0, 1), (128, 0.5, 0, 1), (128, 0.5, 2, 2), (128, 0.5, 4, 1.6)]
+    fitted = module.fit([(f, module.samples(truth, f)) for f in points])
+    assert all(abs(module.samples(fitted, f) / module.samples(truth, f) - 1) < 1e-3 for f in points)
+    assert fitted[2] == pytest.approx(1.5, rel=0.02)

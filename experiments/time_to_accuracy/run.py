@@ -1,6 +1,6 @@
 """Time to accuracy: predicted vs measured time to a target loss, on this host's CPU ranks.
 
-    python experiments/time_to_accuracy/run.py            # 8 plans, measure + fit + compare
+    python experiments/time_to_accuracy/run.py            # 12 plans, measure + fit + compare
     python experiments/time_to_accuracy/run.py --quick    # 3 plans (a pipeline check)
     python experiments/time_to_accuracy/run.py --compare  # no runs: refit and compare results/runs.json
 
@@ -66,7 +66,8 @@ def _plan(name: str, n_vw: int, nm: int, schedule: str, sync: SyncSpec = SyncSpe
 def cases() -> list[Case]:
     """Two-stage pipelines of the mlp: one VW (asynchronous 1F1B; GPipe's flush of 4), and two VWs under
     WSP with D in {0, 1, 2, 4}, WSP with one VW slowed 2x (a straggler, at D = 2 and D = 0), BSP, and
-    WSP (D = 2) with one VW slowed by its cut instead."""
+    WSP (D = 2) with one VW slowed by its cut instead, that cut in one VW alone, and one VW with one
+    minibatch in flight (no staleness)."""
     wsp = lambda d: SyncSpec(mode="wsp", staleness_bound=d)
     return [
         Case(plan=_plan("vw1_1f1b_nm2", 1, 2, "1f1b"), waves=100, quick=True),
@@ -82,6 +83,8 @@ def cases() -> list[Case]:
         Case(plan=_plan("wsp_d0_straggler", 2, 2, "1f1b", wsp(0)), waves=150,
              slowdown={"host/gpu2": 2.0, "host/gpu3": 2.0}),
         Case(plan=_plan("wsp_d2_lopsided", 2, 2, "1f1b", wsp(2), cuts={1: LOPSIDED}), waves=150),
+        Case(plan=_plan("vw1_1f1b_nm2_lopsided", 1, 2, "1f1b", cuts={0: LOPSIDED}), waves=100),
+        Case(plan=_plan("vw1_1f1b_nm1", 1, 1, "1f1b"), waves=200),     # one minibatch in flight: nothing stale
     ]
 
 
