@@ -41,7 +41,8 @@ def test_threads_are_set_for_the_measurement_and_restored():
 
 
 class _Sleep(nn.Module):
-    """A layer whose forward takes a known time whatever else shares the CPU (sleeping needs no core)."""
+    """A layer whose forward takes at least a known time, and little more unless its wake-up is late:
+    unlike computing, sleeping does not slow down when other jobs take the cores."""
 
     def __init__(self, seconds: float):
         super().__init__()
@@ -53,14 +54,14 @@ class _Sleep(nn.Module):
 
 
 def test_each_layer_is_timed_alone_and_the_layer_times_add_up_to_the_whole_forward():
-    sleeps = [0.004, 0.012, 0.020]
+    sleeps = [0.005, 0.020, 0.040]
     graph = layer_graph(nn.Sequential(*(_Sleep(s) for s in sleeps)), leaf_modules=(_Sleep,))
     x = torch.ones(2, 3)
     profile = measure_graph_profile(graph, x, repeats=3, warmup=1, statistic="min")
     forward = [l.fwd_s["cpu"] for l in profile.layers]
-    # A sleep never ends early, and a late wake-up on all three passes of 4 ms or more is not seen
-    # on a loaded 2-core runner; attributing one layer's time to another would be off by >= 8 ms.
-    assert all(s <= f < s + 0.004 for s, f in zip(sleeps, forward)), forward
+    # A sleep never ends early; the minimum of three passes is late by 10 ms only if every pass's
+    # wake-up is, while timing one layer as another would be off by 15 ms or more.
+    assert all(s <= f < s + 0.010 for s, f in zip(sleeps, forward)), forward
     whole = whole_model_forward_s(graph, x, repeats=3, warmup=1, statistic="min")
     assert sum(forward) == pytest.approx(whole, rel=0.1)
 
@@ -68,11 +69,11 @@ def test_each_layer_is_timed_alone_and_the_layer_times_add_up_to_the_whole_forwa
 def test_sum_of_layer_forward_times_of_a_real_model_is_near_a_whole_model_forward():
     model, x = build("vgg11", batch=4, image_size=64)
     graph = layer_graph(model)
-    # Only gross errors are caught here, such as backward work timed in a forward (about x3): how
-    # closely a CNN's layers add up depends on the CPU's caches and on memory bandwidth that a shared
-    # machine's neighbours take (x1.01 and x1.21 seen on two 2-core machines), so the ratio itself is
-    # printed by benchmarks/bench_profile.py. Rounds interleave the two measurements so that a slow
-    # spell falls on both sides; minima estimate the uncontended times.
+    # Only gross errors are caught here, such as backward work timed in a forward (about x3). On
+    # shared 2-core machines the ratio was x1.01 on one and x1.21 on another, for reasons not
+    # established, so a per-layer bias of that size is not checked here; benchmarks/bench_profile.py
+    # measures the ratio for a chosen model and thread count. Rounds interleave the two measurements
+    # so that a slow spell falls on both sides; minima estimate the uncontended times.
     layers_s, whole_s = [], []
     for _ in range(4):
         profile = measure_graph_profile(graph, x, repeats=3, warmup=1, threads=1, statistic="min")
