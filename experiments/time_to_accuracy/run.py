@@ -79,7 +79,8 @@ def cases() -> list[Case]:
         Case(plan=_plan("wsp_d2_straggler", 2, 2, "1f1b", wsp(2)), waves=150, quick=True,
              slowdown={"host/gpu2": 2.0, "host/gpu3": 2.0}),
         Case(plan=_plan("bsp", 2, 2, "1f1b-flush", SyncSpec(mode="bsp")), waves=110),
-        # VWs of unequal pace beyond the fitted straggler: held back, they check V's pace weighting.
+        # Held back: VWs of unequal pace beyond the fitted straggler (V's pace weighting), a cut that
+        # leaves the stale first stage few weights, and no staleness at all (local_staleness.py).
         Case(plan=_plan("wsp_d0_straggler", 2, 2, "1f1b", wsp(0)), waves=150,
              slowdown={"host/gpu2": 2.0, "host/gpu3": 2.0}),
         Case(plan=_plan("wsp_d2_lopsided", 2, 2, "1f1b", wsp(2), cuts={1: LOPSIDED}), waves=150),
