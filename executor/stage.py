@@ -178,7 +178,9 @@ class StageModel:
             mine = [j for j, l in enumerate(self._layer_of) if l == layer]
             if layer == head:
                 out, g = rec.loss, None           # last, so the loss's graph is not needed after it
-            if not mine or out is None or (g is None and layer != head):
+            elif g is None:
+                continue
+            if not mine or out is None:
                 continue
             if self.sum_in_backward:
                 torch.autograd.backward(out, g, inputs=[rec.leaves[j] for j in mine])

@@ -56,9 +56,10 @@ def _plan(name: str, n_vw: int, nm: int, schedule: str, sync: SyncSpec = SyncSpe
           cuts: dict[int, tuple[int, ...]] | None = None) -> Plan:
     """`cuts`: VW index -> its cuts, where not CUTS."""
     gpus = iter(range(100))
+    per_vw = [(cuts or {}).get(v, CUTS) for v in range(n_vw)]
     vws = tuple(VirtualWorker(name=f"vw{v}", stages=tuple(
         StageSpec(gpu=f"host/gpu{next(gpus)}", layers=(c[s], c[s + 1])) for s in range(len(c) - 1)))
-        for v, c in ((v, (cuts or {}).get(v, CUTS)) for v in range(n_vw)))
+        for v, c in enumerate(per_vw))
     return Plan(name=name, model=MODEL, minibatch_size=BATCH, nm=nm, schedule=schedule, sync=sync,
                 virtual_workers=vws)
 
